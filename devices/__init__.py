@@ -1,0 +1,1 @@
+"""unmask.devices: device profiles, detection and execution-provider selection."""

@@ -1,0 +1,1 @@
+"""unmask.export: convert a trained denoiser checkpoint into a model package."""

@@ -1,0 +1,49 @@
+"""unmask: run diffusion language models (LLaDA, Dream) on your own device.
+
+    import unmask
+    model = unmask.load()                 # the embedded default model
+    print(model.generate("What is 12 + 30?").text)
+
+Heavy submodules load on first use, so `import unmask` stays cheap.
+"""
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version as _dist_version
+
+from .config import GenerationConfig
+from .errors import ConfigError, DeviceError, ModelFormatError, UnmaskError
+
+try:
+    __version__ = _dist_version("unmask")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+# public name -> module that defines it (imported lazily)
+_LAZY = {
+    "decode": ".decode",
+    "DecodeResult": ".decode",
+    "StepEvent": ".decode",
+    "load": ".model",
+    "Model": ".model",
+    "Result": ".model",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unmask' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "GenerationConfig",
+    "UnmaskError",
+    "ConfigError",
+    "ModelFormatError",
+    "DeviceError",
+    "__version__",
+    *_LAZY,
+]

@@ -1,0 +1,176 @@
+"""GenerationConfig: every knob of one generation, with one name everywhere.
+
+The same field names are the Python keyword overrides, the CLI flags
+(`--gen-length` for `gen_length`), the `/set` keys of `unmask chat` and the
+`generation` defaults in a package manifest. Model facts (mask/eos/eot ids,
+shift_logits) are normally filled from the manifest, not by the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+# Algorithms and the schedule family each belongs to.
+BLOCK_ALGORITHMS = ("low_confidence", "random")  # LLaDA block schedule
+TIMESTEP_ALGORITHMS = ("origin", "maskgit_plus", "topk_margin", "entropy")  # Dream timestep schedule
+ALGORITHMS = BLOCK_ALGORITHMS + TIMESTEP_ALGORITHMS
+CACHE_MODES = ("none", "prefix", "dual")
+
+# Algorithms whose confidence is a probability-like score that a threshold or
+# factor rule can compare against a number in (0, 1].
+_PARALLEL_ALGORITHMS = ("low_confidence", "maskgit_plus", "topk_margin")
+
+
+@dataclass
+class GenerationConfig:
+    """Settings of one generation. Every field has a default; `validate()` rejects contradictions."""
+
+    # --- what to generate
+    gen_length: int = 128  # tokens in the generated region (all start masked)
+    steps: int | None = None  # forward passes budget; None -> gen_length (one token per step)
+    block_length: int | None = None  # semi-autoregressive block size; None -> one block (gen_length)
+    algorithm: str = "low_confidence"  # which positions to commit; see ALGORITHMS
+
+    # --- Fast-dLLM parallel decoding (replace the fixed per-step count)
+    threshold: float | None = None  # commit every masked position with confidence >= threshold
+    factor: float | None = None  # commit rank n while confidence >= 1 - factor/(n+1)
+
+    # --- token sampling
+    temperature: float = 0.0  # 0 = greedy argmax
+    top_k: int | None = None  # keep the k most likely tokens (Dream sampler); None = off
+    top_p: float | None = None  # nucleus filter (Dream sampler); None = off
+    alg_temp: float = 0.0  # Dream: > 0 draws positions from softmax(confidence / alg_temp)
+    eps: float = 1e-3  # Dream: last timestep of linspace(1, eps, steps + 1)
+    cfg_scale: float = 0.0  # classifier-free guidance (LLaDA); 0 = off, doubles the batch
+    logits_eos_inf: bool = False  # LLaDA: forbid EOS as a token
+    confidence_eos_eot_inf: bool = False  # LLaDA: rank EOS/EoT last when choosing positions
+    early_stop: bool = True  # stop once a finished block holds EOS (rest becomes EOS)
+    seed: int = 0  # RNG seed: same seed, same tokens, whatever the thread count
+
+    # --- engine
+    cache: str | None = None  # key/value reuse: none | prefix | dual; None -> dual when the package allows
+
+    # --- model facts (filled from the package manifest)
+    mask_id: int | None = None
+    eos_id: int | None = None
+    eot_id: int | None = None
+    shift_logits: bool = False  # Dream: position i reads its distribution from row i-1
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def resolved_steps(self) -> int:
+        return self.gen_length if self.steps is None else self.steps
+
+    @property
+    def resolved_block_length(self) -> int:
+        return self.gen_length if self.block_length is None else self.block_length
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.resolved_block_length
+
+    @property
+    def uses_block_schedule(self) -> bool:
+        return self.algorithm in BLOCK_ALGORITHMS
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "GenerationConfig":
+        """Build from a mapping (manifest defaults, JSON); unknown keys are an error."""
+        return cls().replace(**dict(values))
+
+    def replace(self, **overrides: Any) -> "GenerationConfig":
+        """A copy with some fields changed; unknown names raise ConfigError listing the valid ones."""
+        unknown = sorted(set(overrides) - set(self.field_names()))
+        if unknown:
+            raise ConfigError(
+                f"unknown generation setting(s) {', '.join(unknown)}; "
+                f"valid settings: {', '.join(self.field_names())}"
+            )
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ checking
+    def validate(self) -> "GenerationConfig":
+        """Raise ConfigError on any invalid or contradictory setting; return self."""
+        _check_int("gen_length", self.gen_length, minimum=1)
+        if self.steps is not None:
+            _check_int("steps", self.steps, minimum=1)
+        if self.block_length is not None:
+            _check_int("block_length", self.block_length, minimum=1)
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(
+                f"unknown algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}"
+            )
+        block = self.resolved_block_length
+        if self.gen_length % block:
+            raise ConfigError(
+                f"gen_length {self.gen_length} is not a multiple of block_length {block}; "
+                f"use a block_length that divides it (e.g. {_a_divisor(self.gen_length, block)})"
+            )
+        if self.resolved_steps % self.num_blocks:
+            raise ConfigError(
+                f"steps {self.resolved_steps} is not a multiple of the number of blocks "
+                f"({self.num_blocks} = gen_length {self.gen_length} / block_length {block}); "
+                f"each block needs the same number of steps"
+            )
+        if self.threshold is not None and self.factor is not None:
+            raise ConfigError("threshold and factor are two parallel-decoding rules; set only one")
+        if self.threshold is not None and not (0.0 < _num("threshold", self.threshold) <= 1.0):
+            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.factor is not None and not (_num("factor", self.factor) > 0.0):
+            raise ConfigError(f"factor must be > 0, got {self.factor}")
+        if (self.threshold is not None or self.factor is not None) and self.algorithm not in _PARALLEL_ALGORITHMS:
+            raise ConfigError(
+                f"threshold/factor need a probability-like confidence; algorithm {self.algorithm!r} has none "
+                f"(use one of {', '.join(_PARALLEL_ALGORITHMS)})"
+            )
+        if _num("temperature", self.temperature) < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_p is not None and not (0.0 < _num("top_p", self.top_p) <= 1.0):
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None:
+            _check_int("top_k", self.top_k, minimum=1)
+        if _num("alg_temp", self.alg_temp) < 0:
+            raise ConfigError(f"alg_temp must be >= 0, got {self.alg_temp}")
+        if not (0.0 < _num("eps", self.eps) < 1.0):
+            raise ConfigError(f"eps must be in (0, 1), got {self.eps}")
+        if _num("cfg_scale", self.cfg_scale) < 0:
+            raise ConfigError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
+        _check_int("seed", self.seed, minimum=0)
+        if self.cache is not None and self.cache not in CACHE_MODES:
+            raise ConfigError(f"unknown cache mode {self.cache!r}; choose one of {', '.join(CACHE_MODES)}")
+        for name in ("mask_id", "eos_id", "eot_id"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value, minimum=0)
+        return self
+
+
+def _num(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _a_divisor(n: int, near: int) -> int:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - near))

@@ -1,0 +1,21 @@
+"""The exception types every public entry point raises.
+
+Tests and callers match these types, never message text. The C++ core's
+exceptions are translated to the same types in one place (csrc/bindings.cpp).
+"""
+
+
+class UnmaskError(Exception):
+    """Base class of every error unmask raises on purpose."""
+
+
+class ConfigError(UnmaskError, ValueError):
+    """A generation, export or device setting is invalid or contradicts another."""
+
+
+class ModelFormatError(UnmaskError):
+    """A checkpoint folder or model package is missing, malformed or unsafe."""
+
+
+class DeviceError(UnmaskError):
+    """The requested device or execution provider cannot be used here."""
