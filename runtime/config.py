@@ -46,8 +46,8 @@ class GenerationConfig:
     top_p: float | None = None  # nucleus filter (Dream sampler); None = off
     alg_temp: float = 0.0  # Dream: > 0 draws positions from softmax(confidence / alg_temp)
     eps: float = 1e-3  # Dream: last timestep of linspace(1, eps, steps + 1)
-    cfg_scale: float = 0.0  # classifier-free guidance (LLaDA); 0 = off, doubles the batch
-    logits_eos_inf: bool = False  # LLaDA: forbid EOS as a token
+    cfg_scale: float = 0.0  # classifier-free guidance; 0 = off, > 0 doubles the batch
+    logits_eos_inf: bool = False  # forbid EOS as a token (its logit becomes -inf)
     confidence_eos_eot_inf: bool = False  # LLaDA: rank EOS/EoT last when choosing positions
     early_stop: bool = True  # stop once a finished block holds EOS (rest becomes EOS)
     seed: int = 0  # RNG seed: same seed, same tokens, whatever the thread count

@@ -1,0 +1,202 @@
+"""The `unmask chat` loop: read a line, answer it or run a slash command, repeat.
+
+Interactive (a terminal on stdin): a prompt with readline line editing and
+history; Ctrl-C cancels the answer being generated (the turn is dropped, the
+session goes on) or clears the line being typed; Ctrl-D or /exit leaves.
+Piped stdin: one turn per line, answers only, no prompt. Errors a user can fix
+(a bad /set value, a prompt longer than the model's context) are printed and the
+session continues.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TextIO
+
+from .. import __version__
+from ..errors import ConfigError, UnmaskError
+from .options import as_overrides, describe, parse_setting
+from .render import BlockView, CanvasView
+
+PROMPT = ">>> "
+HELP = """commands:
+  /reset              forget the conversation (the system prompt stays)
+  /stats              cost of the last answer: NFE, tokens per forward, tokens/s, time to first block
+  /set KEY VALUE      change a generation setting (e.g. /set steps 8, /set threshold none); /set alone lists them
+  /system TEXT        set the system prompt (/system alone clears it)
+  /save FILE          write the conversation as JSON
+  /exit               leave (Ctrl-D works too); Ctrl-C cancels a running answer"""
+
+
+class ChatLoop:
+    """One chat session driven by lines of text."""
+
+    def __init__(self, model: Any, session: Any, overrides: dict[str, Any], *,
+                 view: BlockView | CanvasView, out: TextIO, err: TextIO, model_path: str | None = None):
+        self.model = model
+        self.session = session
+        self.overrides = dict(overrides)  # the user's settings so far (flags, then /set)
+        self.config = model.resolve_config(**self.overrides)
+        self.view = view
+        self.out = out
+        self.err = err
+        self.model_path = model_path
+        self.last = None  # Result of the last finished answer
+
+    # ------------------------------------------------------------------ driving
+    def run(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            if not self.handle(line):
+                break
+
+    def handle(self, line: str) -> bool:
+        """One input line; False when the user asked to leave."""
+        text = line.strip()
+        if not text:
+            return True
+        if text.startswith("/"):
+            return self.command(text)
+        try:
+            self.answer(text)
+        except UnmaskError as exc:
+            self.say(f"error: {exc}")
+        return True
+
+    def answer(self, text: str) -> None:
+        events = self.session.stream(text, **as_overrides(self.config))
+        view = self.view
+        if view.needs_prompt_length:
+            view.start(self.config, prompt_length=len(self.model.encode_prompt(messages=self.session.messages(text))))
+        else:
+            view.start(self.config)
+        result = None
+        try:
+            for event in events:
+                view.event(event)
+                result = event.result or result
+        except KeyboardInterrupt:
+            events.close()
+            view.cancel()
+            self.say("[answer cancelled; the turn was not added to the conversation]")
+            return
+        view.finish(result.text)
+        self.last = result
+
+    # ------------------------------------------------------------------ slash commands
+    def command(self, text: str) -> bool:
+        name, _, rest = text.partition(" ")
+        rest = rest.strip()
+        handler: Callable[[str], bool | None] | None = {
+            "/exit": lambda _: False,
+            "/quit": lambda _: False,
+            "/help": lambda _: self.say(HELP),
+            "/reset": self.reset,
+            "/stats": self.stats,
+            "/set": self.set,
+            "/system": self.system,
+            "/save": self.save,
+        }.get(name.lower())
+        if handler is None:
+            self.say(f"unknown command {name}; try /reset, /stats, /set, /system, /save, /exit or /help")
+            return True
+        try:
+            return handler(rest) is not False
+        except UnmaskError as exc:
+            self.say(f"error: {exc}")
+            return True
+
+    def reset(self, _: str) -> None:
+        self.session.reset()
+        self.last = None
+        self.say("conversation cleared")
+
+    def stats(self, _: str) -> None:
+        if self.last is None:
+            self.say("no answer yet")
+            return
+        s = self.last.stats
+        first = "-" if s.first_block_seconds is None else f"{s.first_block_seconds * 1e3:.0f} ms"
+        self.say(
+            f"NFE {s.nfe}, tokens per forward {s.tokens_per_forward:.2f}, "
+            f"{s.tokens_per_second:.1f} tokens/s, time to first block {first}, "
+            f"total {s.total_seconds:.2f} s, cache {s.cache}"
+        )
+
+    def set(self, rest: str) -> None:
+        if not rest:
+            self.say(describe(self.config, self.model.manifest.generation, self.overrides))
+            return
+        key, _, value = rest.partition(" ")
+        if not value.strip():
+            raise ConfigError(f"usage: /set KEY VALUE (e.g. /set {key} ...)")
+        name, parsed = parse_setting(key, value)
+        overrides = {**self.overrides, name: parsed}
+        self.config = self.model.resolve_config(**overrides)  # raises before anything changes
+        self.overrides = overrides
+        shown = "none" if parsed is None else parsed
+        self.say(f"{name} = {shown}")
+
+    def system(self, rest: str) -> None:
+        self.session.system = rest or None
+        self.say("system prompt set" if rest else "system prompt cleared")
+
+    def save(self, rest: str) -> None:
+        if not rest:
+            raise ConfigError("usage: /save FILE")
+        path = Path(os.path.expanduser(shlex.split(rest)[0] if rest[0] in "'\"" else rest))
+        doc = {
+            "format": "unmask.chat/1",
+            "unmask_version": __version__,
+            "model": self.model_path,
+            "system": self.session.system,
+            "messages": [dict(m) for m in self.session.history],
+            "settings": {k: getattr(self.config, k) for k in self.overrides},
+        }
+        write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        turns = len(self.session.history) // 2
+        self.say(f"saved {turns} turn{'s' if turns != 1 else ''} to {path}")
+
+    def say(self, message: str) -> None:
+        self.err.write(message + "\n")
+        self.err.flush()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename over it (no half-written file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+
+
+# ---------------------------------------------------------------------- input sources
+
+
+def terminal_lines(prompt: str = PROMPT) -> Iterator[str]:
+    """Lines typed at a terminal, with readline editing and history; Ctrl-C clears the line."""
+    try:
+        import readline  # noqa: F401  (importing it is what turns on editing/history for input())
+    except ImportError:  # Windows without pyreadline: plain input()
+        pass
+    while True:
+        try:
+            yield input(prompt)
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")
+            continue
+        except EOFError:
+            sys.stdout.write("\n")
+            return
+
+
+def piped_lines(stream: TextIO) -> Iterator[str]:
+    """One turn per line of piped input."""
+    for line in stream:
+        yield line.rstrip("\n")
