@@ -34,7 +34,7 @@ class GenerationConfig:
     gen_length: int = 128  # tokens in the generated region (all start masked)
     steps: int | None = None  # forward passes budget; None -> gen_length (one token per step)
     block_length: int | None = None  # semi-autoregressive block size; None -> one block (gen_length)
-    algorithm: str = "low_confidence"  # which positions to commit; see ALGORITHMS
+    algorithm: str = "low_confidence"  # LLaDA block schedule: low_confidence, random; Dream timesteps: origin, maskgit_plus, topk_margin, entropy
 
     # --- Fast-dLLM parallel decoding (replace the fixed per-step count)
     threshold: float | None = None  # commit every masked position with confidence >= threshold
