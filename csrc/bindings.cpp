@@ -1,9 +1,84 @@
-// Python bindings of the unmask core: one line per bound name, no logic here.
+// Python bindings of the unmask core: one line per bound name, no logic here
+// (numpy conversions live in numpy_io.cpp, validation in the C++ core and runtime/decode.py).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "numpy_io.h"
 
 namespace py = pybind11;
+using namespace unmask;
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "unmask C++ core: the parallel-unmasking decoder";
-    m.attr("ABI_VERSION") = 1;
+    m.attr("ABI_VERSION") = 2;
+    py_io::register_errors();
+
+    py::enum_<Algorithm>(m, "Algorithm")
+        .value("LOW_CONFIDENCE", Algorithm::LowConfidence)
+        .value("RANDOM", Algorithm::Random)
+        .value("ORIGIN", Algorithm::Origin)
+        .value("MASKGIT_PLUS", Algorithm::MaskgitPlus)
+        .value("TOPK_MARGIN", Algorithm::TopkMargin)
+        .value("ENTROPY", Algorithm::Entropy);
+    py::enum_<CacheMode>(m, "CacheMode")
+        .value("NONE", CacheMode::None)
+        .value("PREFIX", CacheMode::Prefix)
+        .value("DUAL", CacheMode::Dual);
+
+    py::class_<DecodeParams>(m, "DecodeParams")
+        .def(py::init<>())
+        .def_readwrite("gen_length", &DecodeParams::gen_length)
+        .def_readwrite("steps", &DecodeParams::steps)
+        .def_readwrite("block_length", &DecodeParams::block_length)
+        .def_readwrite("algorithm", &DecodeParams::algorithm)
+        .def_readwrite("threshold", &DecodeParams::threshold)
+        .def_readwrite("factor", &DecodeParams::factor)
+        .def_readwrite("temperature", &DecodeParams::temperature)
+        .def_readwrite("top_k", &DecodeParams::top_k)
+        .def_readwrite("top_p", &DecodeParams::top_p)
+        .def_readwrite("alg_temp", &DecodeParams::alg_temp)
+        .def_readwrite("eps", &DecodeParams::eps)
+        .def_readwrite("cfg_scale", &DecodeParams::cfg_scale)
+        .def_readwrite("logits_eos_inf", &DecodeParams::logits_eos_inf)
+        .def_readwrite("confidence_eos_eot_inf", &DecodeParams::confidence_eos_eot_inf)
+        .def_readwrite("early_stop", &DecodeParams::early_stop)
+        .def_readwrite("seed", &DecodeParams::seed)
+        .def_readwrite("cache", &DecodeParams::cache)
+        .def_readwrite("mask_id", &DecodeParams::mask_id)
+        .def_readwrite("eos_id", &DecodeParams::eos_id)
+        .def_readwrite("eot_id", &DecodeParams::eot_id)
+        .def_readwrite("shift_logits", &DecodeParams::shift_logits)
+        .def_readwrite("threads", &DecodeParams::threads);
+
+    py::class_<Request>(m, "Request")
+        .def_readonly("window_start", &Request::window_start)
+        .def_readonly("window_end", &Request::window_end)
+        .def_property_readonly("logits_index", &py_io::logits_index)
+        .def_readonly("refresh", &Request::refresh)
+        .def_readonly("batch", &Request::batch)
+        .def_readonly("block", &Request::block)
+        .def_readonly("step", &Request::step);
+
+    py::class_<StepEvent>(m, "StepEvent")
+        .def_property_readonly("positions", &py_io::positions)
+        .def_property_readonly("tokens", &py_io::tokens)
+        .def_readonly("block", &StepEvent::block)
+        .def_readonly("step", &StepEvent::step)
+        .def_readonly("filled", &StepEvent::filled)
+        .def_readonly("block_done", &StepEvent::block_done)
+        .def_readonly("done", &StepEvent::done);
+
+    py::class_<Decoder>(m, "Decoder")
+        .def(py::init(&py_io::make), py::arg("params"), py::arg("prompt_ids"), py::arg("template"), py::arg("infill"))
+        .def_property_readonly("done", &Decoder::done)
+        .def_property_readonly("ids", &py_io::ids)
+        .def_property_readonly("prompt_length", &Decoder::prompt_length)
+        .def_property_readonly("length", &Decoder::length)
+        .def("next_request", &Decoder::next_request, py::return_value_policy::copy)
+        .def("input_ids", &py_io::input_ids)
+        .def("advance", &py_io::advance, py::arg("logits"))
+        .def("advance_window", &py_io::advance_window, py::arg("logits"));
+
+    m.def("score", &py_io::score, py::arg("params"), py::arg("logits"), py::arg("step") = 0, py::arg("threads") = 1);
+    m.def("dream_timesteps", &py_io::timesteps, py::arg("steps"), py::arg("eps"));
 }

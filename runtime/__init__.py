@@ -20,9 +20,9 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 # public name -> module that defines it (imported lazily)
 _LAZY = {
-    "decode": ".decode",
-    "DecodeResult": ".decode",
-    "StepEvent": ".decode",
+    "decode": ".decoding",
+    "DecodeResult": ".decoding",
+    "StepEvent": ".decoding",
     "load": ".model",
     "Model": ".model",
     "Result": ".model",

@@ -1,0 +1,229 @@
+#include "decoder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "errors.h"
+#include "policy.h"
+
+namespace unmask {
+namespace {
+
+void check_params(const DecodeParams& p) {
+    if (p.mask_id < 0) throw ConfigError("mask_id must be set (the model's [MASK] token id)");
+    if (p.gen_length < 1) throw ConfigError("gen_length must be >= 1");
+    if (p.block_length < 1 || p.gen_length % p.block_length)
+        throw ConfigError("block_length must divide gen_length");
+    const int64_t blocks = p.gen_length / p.block_length;
+    if (p.steps < 1 || p.steps % blocks)
+        throw ConfigError("steps must be a positive multiple of the number of blocks");
+    if (p.threshold && p.factor) throw ConfigError("set only one of threshold and factor");
+    if (p.temperature < 0 || p.alg_temp < 0 || p.cfg_scale < 0) throw ConfigError("negative temperature or scale");
+    if (p.top_k && *p.top_k < 1) throw ConfigError("top_k must be >= 1");
+    if (p.top_p && !(*p.top_p > 0 && *p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
+    if (!(p.eps > 0 && p.eps < 1)) throw ConfigError("eps must be in (0, 1)");
+    if (p.logits_eos_inf && !p.eos_id) throw ConfigError("logits_eos_inf needs eos_id");
+    if (p.confidence_eos_eot_inf && !p.eos_id && !p.eot_id)
+        throw ConfigError("confidence_eos_eot_inf needs eos_id or eot_id");
+    if (p.threads < 0) throw ConfigError("threads must be >= 0");
+}
+
+}  // namespace
+
+Decoder::Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const std::vector<int64_t>& fixed,
+                 bool infill)
+    : params_(params), rng_{params.seed}, rules_(token_rules(params)) {
+    check_params(params_);
+    if (prompt.empty()) throw InputError("prompt_ids is empty: give at least one token (e.g. BOS)");
+    prompt_length_ = static_cast<int64_t>(prompt.size());
+    const int64_t gen = params_.gen_length, mask = params_.mask_id;
+    int64_t first_hole = prompt_length_;
+    for (int64_t i = 0; i < prompt_length_; ++i) {
+        const int64_t id = prompt[static_cast<size_t>(i)];
+        if (id < 0) throw InputError("prompt_ids[" + std::to_string(i) + "] = " + std::to_string(id) + " is negative");
+        if (id == mask) {
+            if (!infill)
+                throw InputError("prompt_ids[" + std::to_string(i) + "] is the mask id " + std::to_string(mask) +
+                                 "; pass infill=True to fill masked prompt positions");
+            first_hole = std::min(first_hole, i);
+        }
+    }
+    if (!fixed.empty() && static_cast<int64_t>(fixed.size()) != gen)
+        throw InputError("template has " + std::to_string(fixed.size()) + " ids, expected gen_length = " +
+                         std::to_string(gen));
+    x_ = std::move(prompt);
+    x_.resize(static_cast<size_t>(prompt_length_ + gen), mask);
+    for (int64_t i = 0; i < static_cast<int64_t>(fixed.size()); ++i) {
+        const int64_t id = fixed[static_cast<size_t>(i)];
+        if (id < 0) throw InputError("template[" + std::to_string(i) + "] = " + std::to_string(id) + " is negative");
+        x_[static_cast<size_t>(prompt_length_ + i)] = id;
+        if (id != mask) last_pinned_ = prompt_length_ + i;
+    }
+    hole_.resize(x_.size());
+    for (size_t i = 0; i < x_.size(); ++i) hole_[i] = x_[i] == mask;
+
+    const int64_t bl = params_.block_length, nblocks = gen / bl;
+    steps_per_block_ = params_.steps / nblocks;
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const int64_t gs = prompt_length_ + b * bl;
+        blocks_.push_back({b == 0 ? first_hole : gs, gs + bl, gs, gs + bl});
+    }
+    if (schedule_of(params_.algorithm) == Schedule::Timestep)
+        timesteps_ = dream_timesteps(steps_per_block_, params_.eps);
+    settle(nullptr);
+}
+
+std::vector<int64_t> Decoder::masked_in_block() const {
+    std::vector<int64_t> out;
+    const Block& b = blocks_[static_cast<size_t>(block_)];
+    for (int64_t p = b.start; p < b.end; ++p)
+        if (x_[static_cast<size_t>(p)] == params_.mask_id && hole_[static_cast<size_t>(p)]) out.push_back(p);
+    return out;
+}
+
+void Decoder::finish_block(StepEvent* event) {
+    const Block& b = blocks_[static_cast<size_t>(block_)];
+    if (event) event->block_done = true;
+    // Early stop (dInfer): a finished block holding EOS means everything after it is EOS,
+    // unless the caller pinned tokens further on (then the generation is not over).
+    bool stop = false;
+    if (params_.early_stop && params_.eos_id && last_pinned_ < b.gen_end && block_ + 1 < (int64_t)blocks_.size())
+        for (int64_t p = b.gen_start; p < b.gen_end && !stop; ++p) stop = x_[static_cast<size_t>(p)] == *params_.eos_id;
+    if (stop) {
+        for (int64_t p = b.gen_end; p < length(); ++p) {
+            if (x_[static_cast<size_t>(p)] != params_.mask_id) continue;
+            x_[static_cast<size_t>(p)] = *params_.eos_id;
+            if (event) {
+                event->positions.push_back(p);
+                event->tokens.push_back(*params_.eos_id);
+                ++event->filled;
+            }
+        }
+        done_ = true;
+    }
+    ++block_;
+    step_ = 0;
+    forwards_in_block_ = 0;
+    entered_block_ = false;
+}
+
+void Decoder::settle(StepEvent* event) {
+    while (!done_) {
+        if (block_ >= static_cast<int64_t>(blocks_.size())) {
+            done_ = true;
+            break;
+        }
+        std::vector<int64_t> masked = masked_in_block();
+        if (masked.empty()) {
+            finish_block(event);
+            continue;
+        }
+        if (!entered_block_) {
+            entered_block_ = true;
+            block_masks_ = static_cast<int64_t>(masked.size());
+        }
+        if (step_ >= steps_per_block_) throw StateError("schedule ran out of steps with masks left (internal error)");
+        if (schedule_of(params_.algorithm) == Schedule::Timestep) {
+            // A step that commits nothing leaves the sequence unchanged, so its forward pass
+            // would be repeated by the next step: skip it instead of running it.
+            if (params_.algorithm == Algorithm::Origin) {
+                std::vector<int64_t> revealed;
+                for (int64_t p : masked)
+                    if (origin_reveals(timesteps_, step_, rng_, global_step(), p)) revealed.push_back(p);
+                if (revealed.empty()) {
+                    ++step_;
+                    continue;
+                }
+                masked.swap(revealed);
+            } else if (!params_.threshold && !params_.factor &&
+                       timestep_transfer_count(static_cast<int64_t>(masked.size()), timesteps_, step_) == 0) {
+                ++step_;
+                continue;
+            }
+        }
+        targets_ = std::move(masked);
+        build_request();
+        return;
+    }
+}
+
+void Decoder::build_request() {
+    const Block& b = blocks_[static_cast<size_t>(block_)];
+    const int64_t shift = params_.shift_logits ? 1 : 0;
+    Request r;
+    r.batch = params_.cfg_scale > 0 ? 2 : 1;
+    r.block = block_;
+    r.step = static_cast<int64_t>(global_step());
+    r.window_end = length();
+    if (params_.cache != CacheMode::None) {
+        if (forwards_in_block_ == 0) {
+            r.refresh = true;
+        } else {
+            r.window_start = std::max<int64_t>(0, b.start - shift);
+            if (params_.cache == CacheMode::Dual) r.window_end = b.end;
+        }
+    }
+    for (int64_t p : targets_) r.logits_index.push_back(std::max<int64_t>(0, p - shift) - r.window_start);
+    request_ = std::move(r);
+}
+
+const Request& Decoder::next_request() const {
+    if (done_) throw StateError("the decoder is done; there is no next request");
+    return request_;
+}
+
+std::vector<int64_t> Decoder::input_ids() const {
+    const Request& r = next_request();
+    const int64_t w = r.window_end - r.window_start;
+    std::vector<int64_t> out(static_cast<size_t>(r.batch * w));
+    for (int64_t i = 0; i < w; ++i) {
+        const auto p = static_cast<size_t>(r.window_start + i);
+        out[static_cast<size_t>(i)] = x_[p];
+        if (r.batch == 2) out[static_cast<size_t>(w + i)] = hole_[p] ? x_[p] : params_.mask_id;
+    }
+    return out;
+}
+
+StepEvent Decoder::advance(const LogitsView& logits) {
+    const Request& r = next_request();
+    const auto count = static_cast<int64_t>(targets_.size());
+    const int64_t rows = logits.row_index ? r.window_end - r.window_start : count;
+    if (logits.batch != r.batch || logits.rows != rows || logits.vocab < 1)
+        throw InputError("logits have shape (" + std::to_string(logits.batch) + ", " + std::to_string(logits.rows) +
+                         ", " + std::to_string(logits.vocab) + "), expected (" + std::to_string(r.batch) + ", " +
+                         std::to_string(rows) + ", V)");
+    LogitsView view = logits;
+    if (view.row_index) view.row_index = r.logits_index.data();
+    std::vector<RowScore> scores(static_cast<size_t>(count));
+    score_rows(view, count, params_.cfg_scale, rules_, rng_, global_step(), targets_.data(), scores.data(),
+               params_.threads);
+
+    StepEvent ev;
+    ev.block = block_;
+    ev.step = static_cast<int64_t>(global_step());
+    std::vector<size_t> chosen;
+    if (params_.algorithm == Algorithm::Origin) {
+        for (size_t k = 0; k < scores.size(); ++k) chosen.push_back(k);
+    } else {
+        std::vector<double> sorted(scores.size());
+        for (size_t k = 0; k < scores.size(); ++k) sorted[k] = scores[k].confidence;
+        std::sort(sorted.begin(), sorted.end(), [](double a, double b) { return a > b; });
+        const int64_t n = transfer_count(params_, sorted, block_masks_, count, timesteps_, step_, steps_per_block_);
+        const std::vector<size_t> order = commit_order(params_, scores, targets_, rng_, global_step());
+        chosen.assign(order.begin(), order.begin() + n);
+        std::sort(chosen.begin(), chosen.end());
+    }
+    for (size_t k : chosen) {
+        const int64_t p = targets_[k];
+        x_[static_cast<size_t>(p)] = scores[k].token;
+        ev.positions.push_back(p);
+        ev.tokens.push_back(scores[k].token);
+    }
+    ++forwards_in_block_;
+    ++step_;
+    settle(&ev);
+    ev.done = done_;
+    return ev;
+}
+
+}  // namespace unmask

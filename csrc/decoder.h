@@ -1,0 +1,73 @@
+// The decoding state machine: owns the sequence, the schedule and the cache policy.
+// Python asks next_request() what to compute, runs the forward, hands the logits to advance().
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "params.h"
+#include "rng.h"
+#include "scoring.h"
+
+namespace unmask {
+
+// What the next forward pass must compute.
+struct Request {
+    int64_t window_start = 0, window_end = 0;  // absolute positions [start, end) recomputed
+    std::vector<int64_t> logits_index;         // window rows whose logits are needed (shift applied)
+    bool refresh = false;                      // whole-sequence pass whose K/V become the cache
+    int64_t batch = 1;                         // 2 with classifier-free guidance (row 1 = prompt masked)
+    int64_t block = 0, step = 0;               // step: global schedule step
+};
+
+// What one advance() committed.
+struct StepEvent {
+    std::vector<int64_t> positions, tokens;  // model commits (ascending), then early-stop EOS fills
+    int64_t block = 0, step = 0;
+    int64_t filled = 0;                      // trailing entries written by early stop
+    bool block_done = false, done = false;
+};
+
+class Decoder {
+public:
+    // prompt: P ids; fixed: gen_length ids (mask id = hole, else pinned) or empty;
+    // infill: mask ids inside the prompt are holes, filled with the first block.
+    Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const std::vector<int64_t>& fixed, bool infill);
+
+    bool done() const { return done_; }
+    const std::vector<int64_t>& ids() const { return x_; }
+    int64_t prompt_length() const { return prompt_length_; }
+    int64_t length() const { return static_cast<int64_t>(x_.size()); }
+    const DecodeParams& params() const { return params_; }
+
+    const Request& next_request() const;
+    std::vector<int64_t> input_ids() const;  // [batch, window] row-major
+    // logits [batch, K, V] in logits_index order, or (window form) [batch, W, V] with row_index set.
+    StepEvent advance(const LogitsView& logits);
+
+private:
+    struct Block {
+        int64_t start, end;          // window range (block 0 also spans infill holes in the prompt)
+        int64_t gen_start, gen_end;  // its part of the generation region
+    };
+
+    uint64_t global_step() const { return static_cast<uint64_t>(block_ * steps_per_block_ + step_); }
+    std::vector<int64_t> masked_in_block() const;
+    void settle(StepEvent* event);  // skip steps that commit nothing, finish blocks, build the request
+    void finish_block(StepEvent* event);
+    void build_request();
+
+    DecodeParams params_;
+    CounterRng rng_;
+    TokenRules rules_;
+    std::vector<int64_t> x_;
+    std::vector<char> hole_;  // masked at the start: the positions the loop fills
+    std::vector<Block> blocks_;
+    std::vector<float> timesteps_;
+    int64_t prompt_length_ = 0, steps_per_block_ = 1, last_pinned_ = -1;
+    int64_t block_ = 0, step_ = 0, block_masks_ = 0, forwards_in_block_ = 0;
+    bool entered_block_ = false, done_ = false;
+    std::vector<int64_t> targets_;  // positions the current request scores
+    Request request_;
+};
+
+}  // namespace unmask

@@ -1,0 +1,44 @@
+// The sampler's settings: one struct, defaults here, enums instead of strings.
+// runtime/decode.py fills it from GenerationConfig; nothing past the bindings sees a string.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+namespace unmask {
+
+// Which positions to commit. The first two follow LLaDA's block schedule,
+// the other four Dream's timestep schedule (MODELS.md section 2).
+enum class Algorithm { LowConfidence, Random, Origin, MaskgitPlus, TopkMargin, Entropy };
+enum class Schedule { Block, Timestep };
+enum class CacheMode { None, Prefix, Dual };
+
+inline Schedule schedule_of(Algorithm a) {
+    return (a == Algorithm::LowConfidence || a == Algorithm::Random) ? Schedule::Block : Schedule::Timestep;
+}
+
+struct DecodeParams {
+    int64_t gen_length = 128;             // tokens in the generated region
+    int64_t steps = 128;                  // forward-pass budget over the whole generation
+    int64_t block_length = 128;           // semi-autoregressive block (gen_length = one block)
+    Algorithm algorithm = Algorithm::LowConfidence;
+    std::optional<double> threshold;      // Fast-dLLM: commit every confidence >= threshold
+    std::optional<double> factor;         // Fast-dLLM: commit rank n while conf >= 1 - factor/(n+1)
+    double temperature = 0.0;             // 0 = argmax
+    std::optional<int64_t> top_k;         // Dream token filter
+    std::optional<double> top_p;          // Dream nucleus filter
+    double alg_temp = 0.0;                // Dream: > 0 draws positions from softmax(conf / alg_temp)
+    double eps = 1e-3;                    // Dream: last timestep
+    double cfg_scale = 0.0;               // classifier-free guidance; > 0 doubles the batch
+    bool logits_eos_inf = false;          // forbid EOS as a token
+    bool confidence_eos_eot_inf = false;  // LLaDA: EOS/EoT never win a position (reference quirk kept)
+    bool early_stop = true;               // stop once a finished block holds EOS
+    uint64_t seed = 0;                    // counter-based RNG key: same seed, same tokens, any thread count
+    CacheMode cache = CacheMode::None;    // key/value reuse policy of next_request()
+    int64_t mask_id = -1;                 // required
+    std::optional<int64_t> eos_id;
+    std::optional<int64_t> eot_id;
+    bool shift_logits = false;            // Dream: position i reads row i-1
+    int threads = 0;                      // scoring threads; 0 = hardware concurrency
+};
+
+}  // namespace unmask

@@ -1,0 +1,83 @@
+#include "policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace unmask {
+
+int64_t block_transfer_count(int64_t block_masks, int64_t steps, int64_t step) {
+    return block_masks / steps + (step < block_masks % steps ? 1 : 0);
+}
+
+int64_t timestep_transfer_count(int64_t masked, const std::vector<float>& timesteps, int64_t step) {
+    const auto last = static_cast<int64_t>(timesteps.size()) - 2;
+    if (step >= last) return masked;
+    const float t = timesteps[static_cast<size_t>(step)], s = timesteps[static_cast<size_t>(step + 1)];
+    const float fraction = 1.0f - s / t;
+    return static_cast<int64_t>(static_cast<float>(masked) * fraction);
+}
+
+bool origin_reveals(const std::vector<float>& timesteps, int64_t step, const CounterRng& rng, uint64_t global_step,
+                    int64_t position) {
+    const auto last = static_cast<int64_t>(timesteps.size()) - 2;
+    if (step >= last) return true;
+    const float t = timesteps[static_cast<size_t>(step)], s = timesteps[static_cast<size_t>(step + 1)];
+    const float p = 1.0f - s / t;
+    return rng.uniform(Stream::Reveal, global_step, static_cast<uint64_t>(position), 0) < static_cast<double>(p);
+}
+
+int64_t threshold_count(const std::vector<double>& c, double threshold) {
+    int64_t n = c.empty() ? 0 : 1;
+    while (n < static_cast<int64_t>(c.size()) && c[static_cast<size_t>(n)] >= threshold) ++n;
+    return n;
+}
+
+int64_t factor_count(const std::vector<double>& c, double factor) {
+    // Fast-dLLM get_transfer_index_dynamic: rank n (1-based) passes when conf >= 1 - factor / (n + 1);
+    // commit up to the first failing rank. Its loop also commits everything when only the
+    // last rank fails (`top_i == len(threshs) - 1`); kept so token streams match.
+    const auto count = static_cast<int64_t>(c.size());
+    if (count <= 1) return count;
+    int64_t i = 1;
+    while (i < count && c[static_cast<size_t>(i)] >= 1.0 - factor / static_cast<double>(i + 2)) ++i;
+    return (i == count || i == count - 1) ? count : i;
+}
+
+int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_confidence, int64_t block_masks,
+                       int64_t masked, const std::vector<float>& timesteps, int64_t step, int64_t steps) {
+    int64_t n;
+    if (p.threshold || p.factor) {
+        n = p.threshold ? threshold_count(sorted_confidence, *p.threshold)
+                        : factor_count(sorted_confidence, *p.factor);
+        // `steps` only bounds the work: commit enough to finish the block in its remaining steps.
+        const int64_t remaining_steps = std::max<int64_t>(1, steps - step);
+        n = std::max(n, (masked + remaining_steps - 1) / remaining_steps);
+    } else if (schedule_of(p.algorithm) == Schedule::Block) {
+        n = block_transfer_count(block_masks, steps, step);
+    } else {
+        n = timestep_transfer_count(masked, timesteps, step);  // steps with 0 are skipped before the forward
+    }
+    return std::min(masked, std::max(n, int64_t{1}));
+}
+
+std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowScore>& scores,
+                                 const std::vector<int64_t>& positions, const CounterRng& rng, uint64_t global_step) {
+    std::vector<double> key(scores.size());
+    const bool draw = p.alg_temp > 0 && schedule_of(p.algorithm) == Schedule::Timestep && !p.threshold && !p.factor;
+    for (size_t k = 0; k < scores.size(); ++k) {
+        key[k] = scores[k].confidence;
+        if (draw) {
+            const double u = rng.uniform(Stream::PositionDraw, global_step, static_cast<uint64_t>(positions[k]), 0);
+            key[k] = key[k] / p.alg_temp - std::log(-std::log(u));
+        }
+    }
+    std::vector<size_t> order(scores.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return key[a] > key[b] || (key[a] == key[b] && positions[a] < positions[b]);
+    });
+    return order;
+}
+
+}  // namespace unmask

@@ -1,0 +1,37 @@
+// The small stateless policies of one step: how many positions to commit, in which order,
+// and which positions Dream's `origin` reveals. Each switches on an enum; the loop calls them.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "params.h"
+#include "rng.h"
+#include "scoring.h"
+
+namespace unmask {
+
+// LLaDA get_num_transfer_tokens: M // S per step, the first M % S steps one more.
+int64_t block_transfer_count(int64_t block_masks, int64_t steps, int64_t step);
+
+// Dream: int(M * (1 - s / t)) in float32 (last step: all); t = timesteps[step], s = timesteps[step + 1].
+int64_t timestep_transfer_count(int64_t masked, const std::vector<float>& timesteps, int64_t step);
+
+// Dream `origin`: position revealed with probability 1 - s / t (last step: 1).
+bool origin_reveals(const std::vector<float>& timesteps, int64_t step, const CounterRng& rng, uint64_t global_step,
+                    int64_t position);
+
+// Fast-dLLM rules on confidences sorted descending (rank 1 always passes).
+int64_t threshold_count(const std::vector<double>& sorted_confidence, double threshold);
+int64_t factor_count(const std::vector<double>& sorted_confidence, double factor);
+
+// Positions committed this step: the schedule's count, or the parallel rule's (never fewer than
+// needed to finish the block within its remaining steps); at least 1.
+int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_confidence, int64_t block_masks,
+                       int64_t masked, const std::vector<float>& timesteps, int64_t step, int64_t steps);
+
+// Candidate order for committing: confidence descending, ties lowest position; with Dream's
+// alg_temp > 0 a Gumbel-top-k draw (= sampling without replacement from softmax(conf / alg_temp)).
+std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowScore>& scores,
+                                 const std::vector<int64_t>& positions, const CounterRng& rng, uint64_t global_step);
+
+}  // namespace unmask

@@ -1,0 +1,192 @@
+"""Bring-your-own-forward decoding: the C++ unmasking loop driven by any Python forward.
+
+    result = unmask.decode(forward, prompt_ids, config)   # forward(ids int64[B, L]) -> float32[B, L, V]
+
+`make_decoder` is the one place a GenerationConfig becomes the C++ params struct; the
+runtime Engine uses it too and drives `next_request()` / `advance()` itself (cache windows).
+
+Fixed tokens: `template` (int64[gen_length]) pins every entry that is not the mask id;
+the loop fills only the holes. `infill=True` lets the prompt hold mask ids: they become
+holes of the first block (committed alongside it, by the same schedule). Early stop never
+overwrites pinned tokens: it only fires when no pinned token lies after the finished block.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _core
+from .config import GenerationConfig
+from .errors import ConfigError
+
+_ALGORITHMS = {
+    "low_confidence": _core.Algorithm.LOW_CONFIDENCE,
+    "random": _core.Algorithm.RANDOM,
+    "origin": _core.Algorithm.ORIGIN,
+    "maskgit_plus": _core.Algorithm.MASKGIT_PLUS,
+    "topk_margin": _core.Algorithm.TOPK_MARGIN,
+    "entropy": _core.Algorithm.ENTROPY,
+}
+_CACHE_MODES = {"none": _core.CacheMode.NONE, "prefix": _core.CacheMode.PREFIX, "dual": _core.CacheMode.DUAL}
+
+
+@dataclass
+class StepEvent:
+    """What one step committed (absolute positions); `filled` trailing entries come from early stop."""
+
+    positions: np.ndarray
+    tokens: np.ndarray
+    block: int
+    step: int
+    block_done: bool
+    done: bool
+    filled: int = 0
+
+
+@dataclass
+class DecodeStats:
+    nfe: int = 0  # forward passes
+    committed: int = 0  # positions committed by the model (early-stop fills excluded)
+    filled: int = 0  # positions filled with EOS by early stop
+    forward_seconds: list[float] = field(default_factory=list)  # per step, around the forward callable
+    host_seconds: list[float] = field(default_factory=list)  # per step, around advance() (scoring + selection)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.committed / self.nfe if self.nfe else 0.0
+
+
+@dataclass
+class DecodeResult:
+    ids: np.ndarray  # int64 [L]: prompt + generated region
+    prompt_length: int
+    stats: DecodeStats
+
+    @property
+    def generated(self) -> np.ndarray:
+        return self.ids[self.prompt_length :]
+
+
+def to_params(config: GenerationConfig, *, cache: str = "none", threads: int | None = None) -> "_core.DecodeParams":
+    """GenerationConfig -> the C++ params struct (validates first; mask_id is required)."""
+    config.validate()
+    if config.mask_id is None:
+        raise ConfigError("mask_id must be set (the model's [MASK] token id; normally from the package manifest)")
+    if cache not in _CACHE_MODES:
+        raise ConfigError(f"unknown cache mode {cache!r}; choose one of {', '.join(_CACHE_MODES)}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
+        raise ConfigError(f"threads must be an integer >= 0, got {threads!r}")
+    p = _core.DecodeParams()
+    p.gen_length = config.gen_length
+    p.steps = config.resolved_steps
+    p.block_length = config.resolved_block_length
+    p.algorithm = _ALGORITHMS[config.algorithm]
+    p.threshold = config.threshold
+    p.factor = config.factor
+    p.temperature = float(config.temperature)
+    p.top_k = config.top_k
+    p.top_p = config.top_p
+    p.alg_temp = float(config.alg_temp)
+    p.eps = float(config.eps)
+    p.cfg_scale = float(config.cfg_scale)
+    p.logits_eos_inf = config.logits_eos_inf
+    p.confidence_eos_eot_inf = config.confidence_eos_eot_inf
+    p.early_stop = config.early_stop
+    p.seed = config.seed
+    p.cache = _CACHE_MODES[cache]
+    p.mask_id = config.mask_id
+    p.eos_id = config.eos_id
+    p.eot_id = config.eot_id
+    p.shift_logits = config.shift_logits
+    p.threads = threads or 0
+    return p
+
+
+def _ids_array(name: str, ids: Any) -> np.ndarray:
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+        got = f"{ids.dtype}[{', '.join(map(str, ids.shape))}]" if isinstance(ids, np.ndarray) else type(ids).__name__
+        raise ValueError(f"{name} must be a 1-D int64 numpy array (np.asarray(ids, dtype=np.int64)), got {got}")
+    return np.ascontiguousarray(ids)
+
+
+def make_decoder(
+    config: GenerationConfig,
+    prompt_ids: np.ndarray,
+    *,
+    template: np.ndarray | None = None,
+    infill: bool = False,
+    cache: str = "none",
+    threads: int | None = None,
+) -> "_core.Decoder":
+    """A C++ Decoder for one generation (see CONTRACTS.md for the request/advance protocol)."""
+    params = to_params(config, cache=cache, threads=threads)
+    prompt = _ids_array("prompt_ids", prompt_ids)
+    if prompt.size == 0:
+        raise ValueError("prompt_ids is empty: give at least one token (e.g. BOS)")
+    fixed = None if template is None else _ids_array("template", template)
+    return _core.Decoder(params, prompt, fixed, bool(infill))
+
+
+def _check_logits(logits: Any, batch: int, length: int) -> np.ndarray:
+    expected = f"({batch}, {length}, V) float32 or float16"
+    if not isinstance(logits, np.ndarray):
+        try:
+            logits = np.asarray(logits)
+        except Exception as exc:  # an object numpy cannot read
+            raise ValueError(f"forward returned {type(logits).__name__}, expected an array {expected}") from exc
+    if logits.ndim != 3 or logits.shape[0] != batch or logits.shape[1] != length or logits.shape[2] < 1:
+        raise ValueError(f"forward returned logits of shape {tuple(logits.shape)}, expected {expected}")
+    if logits.dtype not in (np.float32, np.float16):
+        raise ValueError(f"forward returned logits of dtype {logits.dtype} and shape {tuple(logits.shape)}, "
+                         f"expected {expected}")
+    return np.ascontiguousarray(logits)
+
+
+def decode(
+    forward: Callable[[np.ndarray], Any],
+    prompt_ids: np.ndarray,
+    config: GenerationConfig,
+    on_step: Callable[[StepEvent], None] | None = None,
+    *,
+    template: np.ndarray | None = None,
+    infill: bool = False,
+    threads: int | None = None,
+) -> DecodeResult:
+    """Run the unmasking loop with `forward(ids int64[B, L]) -> logits[B, L, V]` (B = 2 with CFG).
+
+    Every forward sees the whole sequence (cache "none"; config.cache does not apply here).
+    An exception raised by `forward` or `on_step` propagates unchanged; the decoder is dropped.
+    """
+    decoder = make_decoder(config, prompt_ids, template=template, infill=infill, cache="none", threads=threads)
+    stats = DecodeStats()
+    while not decoder.done:
+        request = decoder.next_request()
+        ids = decoder.input_ids()
+        t0 = time.perf_counter()
+        logits = forward(ids)
+        t1 = time.perf_counter()
+        logits = _check_logits(logits, request.batch, decoder.length)
+        event = decoder.advance_window(logits)
+        t2 = time.perf_counter()
+        stats.nfe += 1
+        stats.forward_seconds.append(t1 - t0)
+        stats.host_seconds.append(t2 - t1)
+        stats.committed += len(event.positions) - event.filled
+        stats.filled += event.filled
+        if on_step is not None:
+            on_step(
+                StepEvent(
+                    positions=event.positions,
+                    tokens=event.tokens,
+                    block=event.block,
+                    step=event.step,
+                    block_done=event.block_done,
+                    done=event.done,
+                    filled=event.filled,
+                )
+            )
+    return DecodeResult(ids=decoder.ids, prompt_length=decoder.prompt_length, stats=stats)
