@@ -1,14 +1,12 @@
-// Vectorisable building blocks of the row pass: half -> float, a polynomial exp,
-// and the two sweeps (top-2 / argmax, then sum of exp). Loops run 16 independent
-// lanes so the compiler vectorises them without -ffast-math or -march flags.
+// Scalar and auto-vectorised building blocks of the slower scoring paths (sampling with
+// temperature, Gumbel noise, filters): half -> float, a polynomial exp, and a chunked sum of
+// exp for inverse-CDF draws. The fused T = 0 pass has explicit vector code: row_pass.h.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 namespace unmask::kernels {
-
-constexpr int kLanes = 16;
 
 template <class To, class From>
 inline To bit_cast(From v) {
@@ -45,48 +43,12 @@ inline float exp_nonpositive(float x) {
     return x < -87.0f ? 0.0f : p * scale;
 }
 
-// Running top-2 values and the first index of the top value, per lane.
-struct Top2Lanes {
-    float v1[kLanes], v2[kLanes];
-    int32_t i1[kLanes];
-    Top2Lanes() {
-        for (int j = 0; j < kLanes; ++j) {
-            v1[j] = v2[j] = -std::numeric_limits<float>::infinity();
-            i1[j] = -1;
-        }
-    }
-    void offer(int j, float x, int32_t index) {
-        const float v = v1[j];
-        const float lo = x < v ? x : v;
-        v2[j] = lo > v2[j] ? lo : v2[j];
-        const bool up = x > v;  // strict: the first index wins ties
-        v1[j] = up ? x : v;
-        i1[j] = up ? index : i1[j];
-    }
-};
-
-template <class T>
-inline void sweep_top2(const T* row, int64_t begin, int64_t end, Top2Lanes& s) {
-    int64_t i = begin;
-    for (; i + kLanes <= end; i += kLanes) {
-        float x[kLanes];
-        for (int j = 0; j < kLanes; ++j) x[j] = load(row, i + j);
-        const int32_t base = static_cast<int32_t>(i);
-        for (int j = 0; j < kLanes; ++j) {
-            const float v = s.v1[j];
-            const float lo = x[j] < v ? x[j] : v;
-            s.v2[j] = lo > s.v2[j] ? lo : s.v2[j];
-            const bool up = x[j] > v;
-            s.v1[j] = up ? x[j] : v;
-            s.i1[j] = up ? base + j : s.i1[j];
-        }
-    }
-    for (; i < end; ++i) s.offer(0, load(row, i), static_cast<int32_t>(i));
-}
-
 #if defined(__GNUC__)
 // GCC/Clang vector extensions: 8 floats per op, lowered to whatever SIMD the target has
-// (2 x SSE2 on baseline x86-64, NEON on arm64), so no -march flag is needed.
+// (2 x SSE2 on baseline x86-64, NEON on arm64), so no -march flag is needed. GCC notes that a
+// 32-byte vector return has another ABI under AVX: moot, as every caller compiles this header alike.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
@@ -108,6 +70,7 @@ inline v8f exp_nonpositive(v8f x) {
     const v8f e = p * scale;
     return below ? x - x : e;  // 0 (and NaN stays NaN through x - x)
 }
+#pragma GCC diagnostic pop
 #endif
 
 // Sum of e = exp((l - shift) * scale) and, when WithX, of e * (l - shift) * scale (for entropy).

@@ -1,6 +1,6 @@
-// The fused row pass. Fast path (no top-k/top-p): one sweep for max / argmax / second max,
-// one for the sum of exp (and of e*x for entropy), float16 converted on the fly.
-// Filters and Gumbel noise take a scalar path: they need the whole row anyway.
+// Scoring a row. Fast path (no top-k/top-p): row_pass, one read of the row for max / argmax /
+// second max and the softmax sums (explicit vector code, float16 converted on the fly).
+// Temperature draws add a chunked exp sweep; filters and Gumbel noise take a scalar path.
 #include "scoring.h"
 
 #include <algorithm>
@@ -11,11 +11,11 @@
 #include "errors.h"
 #include "kernels.h"
 #include "parallel.h"
+#include "row_pass.h"
 
 namespace unmask {
 namespace {
 
-using kernels::kLanes;
 using kernels::load;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kChunk = 2048;  // exp sums are accumulated per chunk in double
@@ -34,31 +34,6 @@ void for_segments(int64_t vocab, const std::vector<int64_t>& skip, F&& fn) {
 
 bool contains(const std::vector<int64_t>& sorted, int64_t id) {
     return std::binary_search(sorted.begin(), sorted.end(), id);
-}
-
-// Top value (first index on ties) and second value of a row.
-struct Top2 {
-    float v1 = kNegInf, v2 = kNegInf;
-    int64_t i1 = -1;
-    void offer(float x, int64_t index) {
-        const bool up = x > v1 || (x == v1 && index >= 0 && (i1 < 0 || index < i1));
-        v2 = std::max(v2, std::min(v1, x));
-        if (up) i1 = index;
-        v1 = std::max(v1, x);
-    }
-};
-
-template <class T>
-Top2 top2(const T* row, int64_t vocab, const std::vector<int64_t>& skip) {
-    kernels::Top2Lanes lanes;
-    for_segments(vocab, skip, [&](int64_t b, int64_t e) { kernels::sweep_top2(row, b, e, lanes); });
-    Top2 out;
-    for (int j = 0; j < kLanes; ++j) {
-        if (lanes.i1[j] < 0) continue;
-        out.offer(lanes.v1[j], lanes.i1[j]);
-        out.offer(lanes.v2[j], std::numeric_limits<int64_t>::max());
-    }
-    return out;
 }
 
 struct ExpChunk {
@@ -165,8 +140,10 @@ std::vector<std::pair<int64_t, double>> filtered_support(const T* row, int64_t v
 template <class T>
 RowScore score_block(const T* row, int64_t vocab, const TokenRules& r, const std::vector<int64_t>& skip,
                      const CounterRng& rng, uint64_t step, uint64_t position) {
-    const Top2 ranked = top2(row, vocab, skip);  // over Z's members (no banned, no unranked)
-    Top2 choice = ranked;
+    // Ranked over Z's members (no banned, no unranked); the same read of the row gives the
+    // confidence softmax sum z.
+    const RowPass ranked = row_pass(row, vocab, skip, 1.0f, false);
+    Top2 choice = ranked.top;
     for (int64_t id : r.unranked)
         if (id < vocab) choice.offer(load(row, id), id);
     RowScore out;
@@ -191,10 +168,9 @@ RowScore score_block(const T* row, int64_t vocab, const TokenRules& r, const std
         return out;
     }
     if (contains(r.unranked, out.token)) return out;  // confidence 0
-    double z, zx;
-    exp_sums(row, vocab, skip, ranked.v1, 1.0f, false, z, zx, nullptr);
+    const double z = ranked.z;
     if (!(z > 0.0) || !std::isfinite(z)) return RowScore{};  // unscorable row: token -1, reported by the caller
-    out.confidence = kernels::exp_nonpositive(load(row, out.token) - ranked.v1) / z;
+    out.confidence = kernels::exp_nonpositive(load(row, out.token) - ranked.top.v1) / z;
     return out;
 }
 
@@ -243,13 +219,15 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
                                                               : p[pick];
         return out;
     }
-    const Top2 t = top2(row, vocab, r.banned);
-    if (t.i1 < 0 || std::isnan(t.v1)) return RowScore{};  // unscorable row: token -1, reported by the caller
     const float scale = draw ? static_cast<float>(1.0 / r.temperature) : 1.0f;
     const bool with_x = r.algorithm == Algorithm::Entropy;
+    const RowPass pass = row_pass(row, vocab, r.banned, scale, with_x);
+    const Top2& t = pass.top;
+    if (t.i1 < 0 || std::isnan(t.v1)) return RowScore{};  // unscorable row: token -1, reported by the caller
+    double z = pass.z, zx = pass.zx;
     std::vector<ExpChunk> chunks;
-    double z, zx;
-    exp_sums(row, vocab, r.banned, t.v1, scale, with_x, z, zx, draw ? &chunks : nullptr);
+    if (draw)  // the inverse-CDF draw walks chunk sums; z then comes from the same sums
+        exp_sums(row, vocab, r.banned, t.v1, scale, with_x, z, zx, &chunks);
     if (!(z > 0.0) || !std::isfinite(z)) return RowScore{};  // unscorable row: token -1, reported by the caller
     out.token = draw ? draw_from_chunks(row, chunks, z, t.v1, scale, u) : t.i1;
     if (out.token < 0) return RowScore{};  // unscorable row: token -1, reported by the caller

@@ -1,0 +1,154 @@
+"""Type stub of unmask._core, the C++ decoding core (csrc/bindings.cpp).
+
+Private: use unmask.decode / unmask.decoding.make_decoder, which build DecodeParams from a
+GenerationConfig. Errors: ConfigError / ModelFormatError (unmask.errors) for bad settings,
+ValueError for bad input arrays, RuntimeError for calls out of order.
+"""
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+ABI_VERSION: int
+
+class Algorithm:
+    """Which positions to commit: LOW_CONFIDENCE and RANDOM follow LLaDA's block schedule,
+    the other four Dream's timestep schedule."""
+
+    LOW_CONFIDENCE: ClassVar[Algorithm]
+    RANDOM: ClassVar[Algorithm]
+    ORIGIN: ClassVar[Algorithm]
+    MASKGIT_PLUS: ClassVar[Algorithm]
+    TOPK_MARGIN: ClassVar[Algorithm]
+    ENTROPY: ClassVar[Algorithm]
+    __members__: ClassVar[dict[str, Algorithm]]
+    def __init__(self, value: int) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __int__(self) -> int: ...
+    def __index__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class CacheMode:
+    """Key/value reuse policy of Decoder.next_request()."""
+
+    NONE: ClassVar[CacheMode]
+    PREFIX: ClassVar[CacheMode]
+    DUAL: ClassVar[CacheMode]
+    __members__: ClassVar[dict[str, CacheMode]]
+    def __init__(self, value: int) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __int__(self) -> int: ...
+    def __index__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class DecodeParams:
+    """The sampler's settings (csrc/params.h holds the defaults and a line on each field)."""
+
+    gen_length: int
+    steps: int
+    block_length: int
+    algorithm: Algorithm
+    threshold: float | None
+    factor: float | None
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    alg_temp: float
+    eps: float
+    cfg_scale: float
+    logits_eos_inf: bool
+    confidence_eos_eot_inf: bool
+    early_stop: bool
+    seed: int
+    cache: CacheMode
+    mask_id: int
+    eos_id: int | None
+    eot_id: int | None
+    shift_logits: bool
+    threads: int
+    def __init__(self) -> None: ...
+
+class Request:
+    """What the next forward pass must compute."""
+
+    @property
+    def window_start(self) -> int: ...
+    @property
+    def window_end(self) -> int: ...
+    @property
+    def logits_index(self) -> npt.NDArray[np.int64]:
+        """Window-relative rows whose logits are needed (shift_logits already applied)."""
+    @property
+    def refresh(self) -> bool: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def block(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+
+class StepEvent:
+    """What one advance() committed: model commits (ascending), then `filled` early-stop EOS fills."""
+
+    @property
+    def positions(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def tokens(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def block(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def filled(self) -> int: ...
+    @property
+    def block_done(self) -> bool: ...
+    @property
+    def done(self) -> bool: ...
+
+class Decoder:
+    """The decoding state machine: next_request() says what to compute, advance() takes the logits."""
+
+    def __init__(
+        self,
+        params: DecodeParams,
+        prompt_ids: npt.NDArray[np.int64],
+        template: npt.NDArray[np.int64] | None,
+        infill: bool,
+    ) -> None: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def ids(self) -> npt.NDArray[np.int64]:
+        """A copy of the sequence: prompt + generation region."""
+    @property
+    def prompt_length(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    def next_request(self) -> Request: ...
+    def input_ids(self) -> npt.NDArray[np.int64]:
+        """int64 [batch, window] for the current request."""
+    def advance(self, logits: npt.NDArray[np.float32] | npt.NDArray[np.float16]) -> StepEvent:
+        """logits [batch, K, V] for the rows in logits_index, in that order."""
+    def advance_window(self, logits: npt.NDArray[np.float32] | npt.NDArray[np.float16]) -> StepEvent:
+        """logits [batch, W, V] for the whole window; the decoder picks the logits_index rows."""
+
+def score(
+    params: DecodeParams,
+    logits: npt.NDArray[np.float32] | npt.NDArray[np.float16],
+    step: int = 0,
+    threads: int = 1,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Scores rows [R, V] (or [2, R, V] with cfg_scale > 0) as the decoder would at `step`,
+    row r keyed as position r: (tokens int64[R], confidence float64[R]). For tests and benchmarks."""
+
+def dream_timesteps(steps: int, eps: float) -> npt.NDArray[np.float32]:
+    """torch.linspace(1, eps, steps + 1) with torch's float32 arithmetic."""
