@@ -1,0 +1,242 @@
+"""The graph builder: the transformer of MODELS.md §1 as one ONNX graph (DESIGN.md contract).
+
+    h = embed[input_ids]
+    per layer:  h += attention(rmsnorm(h)) ; h += mlp(rmsnorm(h))
+    logits = head(rmsnorm(h[:, logits_index]))
+
+The residual stream is kept 2-D [B*W, D] so every projection is one Gemm/MatMulNBits;
+attention sees [B, H, W, D]. Keys are cached post-RoPE, and attention is bidirectional, so
+the past K/V of any positions can simply be concatenated with the window's.
+
+Family subclasses (families.py) override the named hooks only: config parsing, weight
+names, q/k/v biases. GQA and weight tying come from the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from .checkpoint import ModelSpec, TokenizerFiles
+from .attention import ATTENTION_KERNELS, resolve_kernel
+from .config import ExportConfig
+from .emitter import Emitter
+from .precision import Role, emit_linear, store_float, weight_format
+from .safetensors_io import CheckpointTensors
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """Checkpoint names of one layer's weights (biases None when absent)."""
+
+    attn_norm: str
+    q: str
+    k: str
+    v: str
+    o: str
+    ff_norm: str
+    gate: str
+    up: str
+    down: str
+    q_bias: str | None = None
+    k_bias: str | None = None
+    v_bias: str | None = None
+
+
+class GraphBuilder:
+    """Base emitter of the shared math; one instance builds one graph."""
+
+    architecture: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]]  # config.json model_type values (lower case)
+    shift_logits: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ family hooks
+    @classmethod
+    def parse_config(cls, hf: dict[str, Any], tokenizer: TokenizerFiles) -> ModelSpec:
+        raise NotImplementedError
+
+    def embedding_name(self) -> str:
+        raise NotImplementedError
+
+    def final_norm_name(self) -> str:
+        raise NotImplementedError
+
+    def head_name(self) -> str:
+        """LM head weight; the embedding's name when the checkpoint ties them."""
+        raise NotImplementedError
+
+    def layer_names(self, i: int) -> LayerWeights:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ setup
+    def __init__(self, spec: ModelSpec, tensors: CheckpointTensors, config: ExportConfig,
+                 on_tensor: Callable[[str], None] = lambda name: None):
+        self.spec, self.tensors, self.config = spec, tensors, config
+        self.on_tensor = on_tensor
+        self.dtype = config.float_dtype  # activations and K/V
+        self.em: Emitter | None = None
+        self.kernel = resolve_kernel(config.attention, spec)  # attention kernel actually emitted
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        s = self.spec
+        d, hd, f = s.hidden_size, s.head_dim, s.intermediate_size
+        shapes = {self.embedding_name(): (s.vocab_size, d), self.final_norm_name(): (d,),
+                  self.head_name(): (s.vocab_size, d)}
+        for i in range(s.num_layers):
+            n = self.layer_names(i)
+            shapes |= {n.attn_norm: (d,), n.ff_norm: (d,), n.q: (s.num_heads * hd, d),
+                       n.k: (s.num_kv_heads * hd, d), n.v: (s.num_kv_heads * hd, d), n.o: (d, s.num_heads * hd),
+                       n.gate: (f, d), n.up: (f, d), n.down: (d, f)}
+            for bias, rows in ((n.q_bias, s.num_heads), (n.k_bias, s.num_kv_heads), (n.v_bias, s.num_kv_heads)):
+                if bias is not None:
+                    shapes[bias] = (rows * hd,)
+        return shapes
+
+    def check_weights(self) -> None:
+        """Every weight present with the shape the config implies (headers only, before any output)."""
+        for name, shape in self.expected_shapes().items():
+            actual = self.tensors.info(name).shape
+            if tuple(actual) != shape:
+                raise ModelFormatError(f"weight {name} has shape {list(actual)} but config.json implies {list(shape)}")
+
+    # ------------------------------------------------------------------ reading
+    def read(self, name: str) -> np.ndarray:
+        self.on_tensor(name)
+        return self.tensors.read(name)
+
+    def reader(self, name: str):
+        self.on_tensor(name)
+        return lambda start, stop: self.tensors.read(name, rows=(start, stop))
+
+    def linear(self, name: str, x: str, weight: str, role: Role = Role.LAYER, bias: str | None = None) -> str:
+        shape = self.tensors.info(weight).shape
+        b = None if bias is None else self.read(bias)
+        return emit_linear(self.em, name, x, self.reader(weight), shape, weight_format(role, self.config), b,
+                           act_dtype=self.dtype)
+
+    # ------------------------------------------------------------------ the graph
+    def build(self, em: Emitter) -> None:
+        self.em, s = em, self.spec
+        ids = em.add_input("input_ids", "int64", ["batch", "window"])
+        pos = em.add_input("position_ids", "int64", ["batch", "window"])
+        past = [(em.add_input(f"past_key.{i}", self.dtype, ["batch", s.num_kv_heads, "past", s.head_dim]),
+                 em.add_input(f"past_value.{i}", self.dtype, ["batch", s.num_kv_heads, "past", s.head_dim]))
+                for i in range(s.num_layers)]
+        rows = em.add_input("logits_index", "int64", ["rows"])
+        self.batch_window = em.make_shape("shape/bw", ids)  # [B, W]
+        self.setup_attention(ids, past[0][0])
+        cos, sin = self.rope_angles(pos)
+        h = self.embed(ids)
+        for i in range(s.num_layers):
+            h = self.layer(i, h, cos, sin, *past[i])
+        self.lm_head(h, rows)
+
+    def embed(self, ids: str) -> str:
+        em, fmt = self.em, weight_format(Role.EMBEDDING, self.config)
+        shape = self.tensors.info(self.embedding_name()).shape
+        table = store_float(em, "embed.weight", self.reader(self.embedding_name()), shape, fmt.dtype)
+        self.embedding_table = table
+        h = em.make_gather("embed/Gather", table, ids)  # [B, W, D]
+        if fmt.dtype != self.dtype:
+            h = em.make_cast("embed/Cast", h, self.dtype)
+        return em.make_reshape("embed/flatten", h, [-1, self.spec.hidden_size])  # [T, D]
+
+    def layer(self, i: int, h: str, cos: str, sin: str, past_k: str, past_v: str) -> str:
+        n = self.layer_names(i)
+        a = self.attention(i, self.rmsnorm(f"layers.{i}/attn_norm", h, n.attn_norm), cos, sin, past_k, past_v)
+        h = self.em.make_add(f"layers.{i}/attn_residual", h, a)
+        m = self.mlp(i, self.rmsnorm(f"layers.{i}/ff_norm", h, n.ff_norm))
+        return self.em.make_add(f"layers.{i}/ff_residual", h, m)
+
+    def rmsnorm(self, name: str, x: str, weight: str) -> str:
+        """x * rsqrt(mean(x^2) + eps) * w in fp32 (ORT fuses this into SimplifiedLayerNormalization)."""
+        em = self.em
+        x32 = x if self.dtype == "float32" else em.make_cast(f"{name}/to_fp32", x, "float32")
+        square = em.make("Pow", f"{name}/Pow", [x32, em.const(2.0, "float32")])
+        ms = em.make("ReduceMean", f"{name}/ReduceMean", [square, em.const([-1])], keepdims=1)
+        denom = em.make("Sqrt", f"{name}/Sqrt", [em.make_add(f"{name}/eps", ms, em.const(self.spec.rms_norm_eps,
+                                                                                            "float32"))])
+        y = em.make_div(f"{name}/Div", x32, denom)
+        if self.dtype != "float32":
+            y = em.make_cast(f"{name}/to_act", y, self.dtype)
+        return em.make_mul(f"{name}/scale", y, em.weight(f"{weight}", self.read(weight).astype(self.dtype)))
+
+    def rope_angles(self, pos: str) -> tuple[str, str]:
+        """cos, sin [B, W, 1, hd/2] of pos * inv_freq, inv_freq_j = theta^(-2j/hd), in fp32, from position_ids."""
+        em, hd = self.em, self.spec.head_dim
+        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
+        p = em.make_unsqueeze("rope/positions", em.make_cast("rope/pos_fp32", pos, "float32"), [-1, -2])
+        angles = em.make_mul("rope/angles", p, em.const(inv_freq.astype(np.float32), "float32", "rope.inv_freq"))
+        cos, sin = em.make("Cos", "rope/Cos", [angles]), em.make("Sin", "rope/Sin", [angles])
+        if self.dtype != "float32":
+            cos, sin = em.make_cast("rope/cos_act", cos, self.dtype), em.make_cast("rope/sin_act", sin, self.dtype)
+        return cos, sin
+
+    def rope(self, name: str, x: str, cos: str, sin: str) -> str:
+        """Half-split rotation of x [B, W, H, hd]: [x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin]."""
+        em, half = self.em, self.spec.head_dim // 2
+        x1, x2 = em.make_split(f"{name}/Split", x, [half, half], axis=-1)
+        r1 = em.make_sub(f"{name}/r1", em.make_mul(f"{name}/x1cos", x1, cos), em.make_mul(f"{name}/x2sin", x2, sin))
+        r2 = em.make_add(f"{name}/r2", em.make_mul(f"{name}/x2cos", x2, cos), em.make_mul(f"{name}/x1sin", x1, sin))
+        return em.make_concat(f"{name}/Concat", [r1, r2], axis=-1)
+
+    def mlp(self, i: int, x: str) -> str:
+        """(silu(x Wgate^T) * (x Wup^T)) Wdown^T."""
+        em, n = self.em, self.layer_names(i)
+        gate = self.linear(f"layers.{i}/mlp/gate", x, n.gate)
+        up = self.linear(f"layers.{i}/mlp/up", x, n.up)
+        silu = em.make_mul(f"layers.{i}/mlp/silu", gate, em.make_sigmoid(f"layers.{i}/mlp/Sigmoid", gate))
+        return self.linear(f"layers.{i}/mlp/down", em.make_mul(f"layers.{i}/mlp/gated", silu, up), n.down)
+
+    def attention(self, i: int, x: str, cos: str, sin: str, past_k: str, past_v: str) -> str:
+        """softmax(q k^T / sqrt(hd)) v over past + window keys (no causal mask); writes present_*.{i}."""
+        em, s, n = self.em, self.spec, self.layer_names(i)
+        name = f"layers.{i}/attn"
+        q = self.linear(f"{name}/q", x, n.q, bias=n.q_bias)
+        k = self.linear(f"{name}/k", x, n.k, bias=n.k_bias)
+        v = self.linear(f"{name}/v", x, n.v, bias=n.v_bias)
+        q = self.rope(f"{name}/rope_q", em.make_reshape(f"{name}/q_heads", q, self.shape_q), cos, sin)  # [B,W,H,hd]
+        k = self.rope(f"{name}/rope_k", em.make_reshape(f"{name}/k_heads", k, self.shape_kv), cos, sin)
+        v = em.make_reshape(f"{name}/v_heads", v, self.shape_kv)
+        present_k, present_v = (  # [B, Hkv, W, hd], post-RoPE: the window's part of the cache
+            em.add_output(em.make("Transpose", f"{name}/present_{t}", [x], perm=[0, 2, 1, 3],
+                                  output=f"present_{t}.{i}"),
+                          self.dtype, ["batch", s.num_kv_heads, "window", s.head_dim])
+            for t, x in (("key", k), ("value", v))
+        )
+        kernel = ATTENTION_KERNELS[self.kernel]
+        out = kernel(self, name, q, k, v, present_k, present_v, past_k, past_v)  # [T, H*hd]
+        return self.linear(f"{name}/o", out, n.o)
+
+    def setup_attention(self, ids: str, past_k0: str) -> None:
+        em, s = self.em, self.spec
+        bw = self.batch_window
+        self.shape_q = em.make_concat("shape/bwhd", [bw, em.const([s.num_heads, s.head_dim])], axis=0)
+        self.shape_kv = em.make_concat("shape/bwkd", [bw, em.const([s.num_kv_heads, s.head_dim])], axis=0)
+        self.shape_bw_flat = em.make_concat("shape/bw_flat", [bw, em.const([-1])], axis=0)
+        self.past_k0, self.input_ids = past_k0, ids
+        self.gqa_lengths: tuple[str, str] | None = None  # built on first use by the gqa kernel
+
+    def lm_head(self, h: str, rows: str) -> None:
+        """Logits for the requested window rows only: gather first, then norm and head."""
+        em, s = self.em, self.spec
+        h3 = em.make_reshape("head/unflatten", h, self.shape_bw_flat)  # [B, W, D]
+        picked = em.make_gather("head/select_rows", h3, rows, axis=1)  # [B, K, D]
+        out_shape = em.make_concat("shape/bkv", [em.make_shape("head/shape_bk", picked, end=2),
+                                                 em.const([s.vocab_size])], axis=0)
+        flat = em.make_reshape("head/flatten", picked, [-1, s.hidden_size])
+        normed = self.rmsnorm("final_norm", flat, self.final_norm_name())
+        head_fmt = weight_format(Role.HEAD, self.config)
+        if s.tie_embeddings and head_fmt == weight_format(Role.EMBEDDING, self.config):
+            logits = em.make("Gemm", "head/Gemm", [normed, self.embedding_table], transB=1)  # one shared table
+        else:
+            logits = self.linear("head", normed, self.head_name(), role=Role.HEAD)
+        if self.dtype == "float32":
+            em.make_reshape("head/logits", logits, out_shape, output="logits")
+        else:
+            em.make_cast("head/logits_fp32", em.make_reshape("head/logits", logits, out_shape), "float32",
+                         output="logits")
+        em.add_output("logits", "float32", ["batch", "rows", s.vocab_size])

@@ -1,0 +1,141 @@
+"""What an HF checkpoint folder says about the model: config, tokenizer files, special ids.
+
+Only JSON and safetensors headers are read here (nothing is executed: no remote code, no
+pickle). The family-specific parts (config keys, weight names) live on the builder
+subclasses in `families.py`; this module holds what both share.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ModelFormatError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The dims and constants of the math, whichever family's config keys they came from."""
+
+    architecture: str  # llada | dream
+    vocab_size: int  # rows of the embedding and of the LM head (logits width)
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_sequence_length: int  # nominal context; the graph itself accepts any length
+    qkv_bias: bool  # q/k/v projections carry a bias (Dream; LLaDA with include_qkv_bias)
+    tie_embeddings: bool  # LM head reuses the embedding matrix
+    mask_id: int
+    eos_id: int
+    pad_id: int | None = None
+    bos_id: int | None = None
+    eot_id: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head (GQA)."""
+        return self.num_heads // self.num_kv_heads
+
+    def check(self) -> "ModelSpec":
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"config.json: {key} = {value!r} must be a positive integer")
+        if self.hidden_size % self.num_heads or self.head_dim % 2:
+            raise ConfigError(
+                f"config.json: hidden size {self.hidden_size} / {self.num_heads} heads must give an even head_dim"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"config.json: {self.num_heads} heads are not a multiple of {self.num_kv_heads} key/value heads"
+            )
+        for key in ("mask_id", "eos_id"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise ConfigError(f"config.json: {key} = {value!r} is not a token id below vocab size {self.vocab_size}")
+        return self
+
+
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """tokenizer.json (required: the package ships it) and tokenizer_config.json facts."""
+
+    path: Path
+    special: dict[str, int] = field(default_factory=dict)  # special token text -> id
+    chat_template: str | None = None
+    bos_token: str | None = None
+    eos_token: str | None = None
+
+    def id_of(self, token: str | None) -> int | None:
+        return None if token is None else self.special.get(token)
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise ModelFormatError(f"{path}: missing")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{path}: not readable JSON ({exc})") from exc
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    if not folder.is_dir():
+        raise ModelFormatError(f"{folder}: not a folder")
+    config = read_json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise ModelFormatError(f"{folder / 'config.json'}: expected a JSON object")
+    return config
+
+
+def read_tokenizer_files(folder: Path) -> TokenizerFiles:
+    path = folder / "tokenizer.json"
+    tok = read_json(path)
+    special = {}
+    for entry in tok.get("added_tokens", []) if isinstance(tok, dict) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
+            special[entry["content"]] = entry["id"]
+    cfg_path = folder / "tokenizer_config.json"
+    tcfg = read_json(cfg_path) if cfg_path.is_file() else {}
+    template = tcfg.get("chat_template")
+    if isinstance(template, list):  # HF allows named templates; "default" is what apply_chat_template uses
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return TokenizerFiles(
+        path=path,
+        special=special,
+        chat_template=template if isinstance(template, str) else None,
+        bos_token=_token_text(tcfg.get("bos_token")),
+        eos_token=_token_text(tcfg.get("eos_token")),
+    )
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):  # {"content": "<|endoftext|>", ...} in older tokenizer configs
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def require(hf: dict[str, Any], key: str) -> Any:
+    value = hf.get(key)
+    if value is None:
+        raise ConfigError(f"config.json: missing key {key!r}")
+    return value
+
+
+def require_values(hf: dict[str, Any], supported: dict[str, Any]) -> None:
+    """Every key present must hold the one value the graph implements (never a silently wrong graph)."""
+    for key, allowed in supported.items():
+        if key in hf and hf[key] not in (allowed if isinstance(allowed, tuple) else (allowed,)):
+            expect = " or ".join(repr(a) for a in (allowed if isinstance(allowed, tuple) else (allowed,)))
+            raise ConfigError(f"config.json: {key} = {hf[key]!r} is not supported (supported: {expect})")

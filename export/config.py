@@ -1,0 +1,85 @@
+"""ExportConfig: every choice of one export, resolved once before anything is read.
+
+The CLI and `export_model` fill it; `resolve()` checks the combination and fills the
+target-dependent defaults (attention kernel, accuracy level), so the builder and the
+precision dispatch read plain fields and never re-decide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
+TARGETS = ("cpu", "cuda", "dml", "coreml")
+ATTENTIONS = ("auto", "gqa", "mha", "attention23", "plain")
+
+# Which precisions each target can run: int8 needs ORT's CPU integer kernels; CoreML runs
+# almost no contrib ops (MatMulNBits would fall back to CPU), so it gets float graphs only.
+_TARGET_PRECISIONS = {
+    "cpu": ("fp32", "int8", "int4"),
+    "cuda": ("fp32", "fp16", "int4"),
+    "dml": ("fp32", "fp16", "int4"),
+    "coreml": ("fp32", "fp16"),
+}
+
+# Attention kernel per target when attention="auto" (see attention.resolve_kernel). CPU: measured
+# with benchmarks/bench_export.py attention — MultiHeadAttention for full-head models, ONNX
+# Attention-23 (native GQA) otherwise; GroupQueryAttention refuses batch > 1 with a past when
+# W > 1 (CFG runs batch 2), so it is never the default. GPUs: MultiHeadAttention (fp16 kernels).
+# CoreML/DirectML: plain ops that every EP runs.
+_DEFAULT_ATTENTION = {"cpu": "auto", "cuda": "mha", "dml": "plain", "coreml": "plain"}
+
+
+@dataclass
+class ExportConfig:
+    """Settings of one export. Every field has a default; call resolve() before use."""
+
+    precision: str = "fp32"  # storage/compute of the transformer's linear layers
+    target: str = "cpu"  # execution provider family the graph is shaped for
+    block_size: int = 32  # int4: weights per quantization block along K
+    accuracy_level: int | None = None  # int4 MatMulNBits compute type; None -> 4 (int8 compute) on CPU, 0 elsewhere
+    attention: str = "auto"  # attention kernel; auto -> the measured best for the target
+    validate: bool = True  # run the exported graph on probe inputs against the fp32 graph
+    reference: str | None = None  # "torch": also compare with the PyTorch reference forward
+    force: bool = False  # replace an existing output folder
+    quiet: bool = False  # no progress bar / report on stderr
+    external_data_threshold: int = 512 << 20  # graphs with more weight bytes keep them in model.onnx.data
+    probe_length: int = 24  # tokens per probe sequence in validation
+
+    def resolve(self) -> "ExportConfig":
+        """Check the combination and fill target defaults; returns a new, resolved config."""
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.target not in TARGETS:
+            raise ConfigError(f"unknown target {self.target!r}; choose one of {', '.join(TARGETS)}")
+        allowed = _TARGET_PRECISIONS[self.target]
+        if self.precision not in allowed:
+            raise ConfigError(
+                f"precision {self.precision} does not run on target {self.target}; "
+                f"choose one of {', '.join(allowed)}"
+            )
+        if self.attention not in ATTENTIONS:
+            raise ConfigError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
+        if self.target == "coreml" and self.attention not in ("auto", "plain"):
+            raise ConfigError(f"attention {self.attention!r} is a contrib/opset-23 kernel CoreML does not run; use plain")
+        if not isinstance(self.block_size, int) or self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ConfigError(f"block_size must be a power of two >= 16, got {self.block_size!r}")
+        if self.reference not in (None, "torch"):
+            raise ConfigError(f"unknown reference {self.reference!r}; the only reference is 'torch'")
+        if self.probe_length < 2:
+            raise ConfigError(f"probe_length must be >= 2, got {self.probe_length}")
+        attention = _DEFAULT_ATTENTION[self.target] if self.attention == "auto" else self.attention
+        level = self.accuracy_level
+        if level is None:
+            level = 4 if self.target == "cpu" else 0
+        if level not in (0, 1, 2, 3, 4):
+            raise ConfigError(f"accuracy_level must be 0..4, got {level!r}")
+        return dataclasses.replace(self, attention=attention, accuracy_level=level)
+
+    @property
+    def float_dtype(self) -> str:
+        """Dtype of activations, K/V and float weights."""
+        return "float16" if self.precision == "fp16" else "float32"

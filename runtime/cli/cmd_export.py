@@ -1,0 +1,44 @@
+"""`unmask export SRC OUT`: convert a LLaDA/Dream checkpoint folder into a model package.
+
+Flags map one-to-one onto ExportConfig fields; the work is `unmask.export.export_model`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..export.config import ATTENTIONS, PRECISIONS, TARGETS
+
+
+@click.command("export")
+@click.argument("src", type=click.Path(file_okay=False, path_type=str))
+@click.argument("out", type=click.Path(path_type=str))
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+              help="Storage of the transformer's matrices (embedding and LM head stay higher).")
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True,
+              help="Execution provider family the graph is shaped for.")
+@click.option("--block-size", type=int, default=32, show_default=True, help="int4: weights per quantization block.")
+@click.option("--attention", type=click.Choice(ATTENTIONS), default="auto", show_default=True,
+              help="Attention kernel (auto: the fastest measured for the target).")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--no-validate", "no_validate", is_flag=True, help="Skip running the graph on probe inputs.")
+@click.option("--reference", type=click.Choice(["torch"]), default=None,
+              help="Also compare with the PyTorch reference forward (needs the test extra).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar or validation table.")
+def command(src, out, precision, target, block_size, attention, force, no_validate, reference, quiet):
+    """Convert the checkpoint folder SRC (config.json, safetensors, tokenizer) into the package OUT.
+
+    \b
+    Examples:
+      unmask export ./LLaDA-8B-Instruct ./llada-int4 --precision int4
+      unmask export ./Dream-v0-Instruct-7B ./dream-fp16 --precision fp16 --target cuda
+    """
+    from ..export import ExportConfig, export_model
+
+    config = ExportConfig(precision=precision, target=target, block_size=block_size, attention=attention,
+                          force=force, validate=not no_validate, reference=reference, quiet=quiet)
+    result = export_model(src, out, config=config)
+    m = result.manifest
+    if not quiet:
+        click.echo(f"wrote {result.path} ({m.architecture}, {m.precision}, target {m.target}, "
+                   f"{m.size_bytes / 2**20:.1f} MiB)", err=True)
