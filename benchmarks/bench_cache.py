@@ -1,0 +1,139 @@
+"""Cache modes side by side: tokens/s of none, prefix and dual on LLaDA-shaped random models.
+
+    python benchmarks/bench_cache.py                       # both presets, fp32 and int8
+    python benchmarks/bench_cache.py --preset 58m --precision fp32
+
+Each preset is a random LLaDA checkpoint (unmask.export.testing) exported with
+unmask.export.export_model; prompt 128 random tokens, gen_length 256, block 32, a fixed
+number of steps, early stop off, temperature 0. For every run it prints tokens/s and the
+ratio to cache none, the share of step time spent outside session.run, and the GFLOP/s
+achieved by each kind of forward (full / refresh / window) against this machine's fp32
+GEMM rate (a large numpy matmul measured in the same run).
+
+Targets: dual >= 3x none; host share < 5 %; window forwards >= 50 % of the GEMM rate;
+58m preset, fp32, dual >= 18 tok/s (reference figures on a 2-core machine: original
+PyTorch LLaDA sampler 2.2 tok/s, llama.cpp diffusion 2.1, Fast-dLLM dual cache 9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import unmask
+from unmask.export import export_model
+from unmask.export.testing import make_llada_checkpoint
+
+PRESETS = {
+    # ~134 M parameters (85 M in the transformer layers, 2 x 24.6 M embedding + LM head)
+    "default": dict(dims=dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden_size=2048, vocab_size=32000),
+                    steps=64),
+    # the 58.5 M-parameter LLaDA layout of the reference figures, one token per forward
+    "58m": dict(dims=dict(d_model=512, n_layers=8, n_heads=8, mlp_hidden_size=1408, vocab_size=32000),
+                steps=256),
+}
+PROMPT, GEN, BLOCK = 128, 256, 32
+MODES = ("none", "prefix", "dual")
+
+
+def gemm_gflops(n: int = 2048, repeats: int = 5) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2 * n ** 3 / best / 1e9
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def step_flops(dims: dict, window: int, past: int, rows: int) -> float:
+    """Multiply-add FLOPs of one forward: linear layers on the window, attention over window+past, LM head rows."""
+    d, layers, mlp, vocab = dims["d_model"], dims["n_layers"], dims["mlp_hidden_size"], dims["vocab_size"]
+    linear = 4 * d * d + 3 * d * mlp  # q, k, v, o (no GQA here) + gate, up, down
+    attention = 2 * window * (window + past) * d  # scores and weighted sum
+    return layers * (2 * window * linear + 2 * attention) + 2 * rows * d * vocab
+
+
+def build(preset: str, precision: str, root: Path) -> Path:
+    checkpoint = root / f"{preset}-checkpoint"
+    if not checkpoint.exists():
+        make_llada_checkpoint(checkpoint, max_sequence_length=4096, tokenizer_vocab=320, seed=0,
+                              **PRESETS[preset]["dims"])
+    package = root / f"{preset}-{precision}"
+    if not package.exists():
+        export_model(checkpoint, package, precision, quiet=True, validate=False)
+    return package
+
+
+def run(model, prompt: np.ndarray, steps: int, cache: str):
+    return model.generate(prompt_ids=prompt, gen_length=GEN, block_length=BLOCK, steps=steps, cache=cache,
+                          early_stop=False, temperature=0.0)
+
+
+def kind_rates(stats, dims: dict) -> dict[str, float]:
+    """GFLOP/s per kind of forward over the whole run."""
+    flops: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for kind, w, p, k, f in zip(stats.step_kinds, stats.window_lengths, stats.past_lengths, stats.logits_rows,
+                                stats.forward_seconds):
+        flops[kind] = flops.get(kind, 0.0) + step_flops(dims, w, p, k)
+        seconds[kind] = seconds.get(kind, 0.0) + f
+    return {kind: flops[kind] / seconds[kind] / 1e9 for kind in flops}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=[*PRESETS, "all"], default="all")
+    parser.add_argument("--precision", default="fp32,int8", help="comma-separated: fp32,int8")
+    parser.add_argument("--steps", type=int, default=None, help="override the preset's fixed step count")
+    parser.add_argument("--threads", type=int, default=None, help="ORT threads (default: physical cores)")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep checkpoints/packages here (reused)")
+    args = parser.parse_args()
+    presets = list(PRESETS) if args.preset == "all" else [args.preset]
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+
+    with tempfile.TemporaryDirectory(prefix="bench_cache_") as tmp:
+        root = args.workdir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        gemm = gemm_gflops()
+        print(f"fp32 GEMM rate (numpy 2048^3, best of 5): {gemm:.1f} GFLOP/s")
+        load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
+        print(f"prompt {PROMPT}, gen_length {GEN}, block_length {BLOCK}, early_stop off, temperature 0; "
+              f"{os.cpu_count()} CPUs{load}\n")
+        header = (f"| preset | precision | steps | cache | tok/s | vs none | host share | "
+                  f"full GFLOP/s | refresh GFLOP/s | window GFLOP/s | window % of GEMM |")
+        print(header)
+        print("|" + "---|" * (header.count("|") - 1))
+        for preset in presets:
+            dims = PRESETS[preset]["dims"]
+            steps = args.steps or PRESETS[preset]["steps"]
+            prompt = np.random.default_rng(0).integers(0, 300, size=PROMPT).astype(np.int64)
+            for precision in precisions:
+                model = unmask.load(build(preset, precision, root), device="cpu", threads=args.threads)
+                model.generate(prompt_ids=prompt, gen_length=BLOCK, block_length=BLOCK, steps=4, cache="dual",
+                               early_stop=False)  # warm-up: first-run allocations
+                base = None
+                for cache in MODES:
+                    stats = run(model, prompt, steps, cache).stats
+                    rate = stats.tokens_per_second
+                    base = base or rate
+                    rates = kind_rates(stats, dims)
+                    cell = {k: f"{rates[k]:.1f}" if k in rates else "-" for k in ("full", "refresh", "window")}
+                    share = f"{100 * rates['window'] / gemm:.0f} %" if "window" in rates else "-"
+                    print(f"| {preset} | {precision} | {steps} | {cache} | {rate:.2f} | {rate / base:.2f}x | "
+                          f"{100 * stats.host_share:.1f} % | {cell['full']} | {cell['refresh']} | {cell['window']} "
+                          f"| {share} |", flush=True)
+                del model
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Engine: runs the package graph for the Decoder's requests, with key/value reuse.
+
+One ONNX Runtime session, one IOBinding per generation, and every buffer allocated
+once per generation (`start`), so a step only rebinds the few small inputs that
+change (window ids, logits rows) and the logits output view:
+
+    refresh step   window = whole sequence, past empty; the presents ARE the cache
+                   (bound straight into `cache_key[l]`/`cache_value[l]`, [B, H_kv, L, D])
+    window step    past = cache of every position outside the window, gathered once per
+                   block into a preallocated buffer (the window is the same for every
+                   step of a block); presents go to a scratch buffer nobody reads
+    none           window = whole sequence, past empty, presents to scratch
+
+Attention is bidirectional and K/V are cached after RoPE, so the past's order does not
+matter: for dual the past is prefix followed by suffix.
+
+A generic graph (export_torch: input_ids -> logits for every row) runs without cache;
+its rows are picked after the run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import ModelFormatError
+from .manifest import Manifest
+
+_ORT_FLOAT = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+_KV_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+@dataclass
+class GraphLayout:
+    """What the session's graph takes and gives, checked against the manifest."""
+
+    cache_inputs: bool  # full contract (past/present, position_ids, logits_index) or generic
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype: type
+    logits_dtype: type
+
+    @classmethod
+    def of(cls, session: ort.InferenceSession, manifest: Manifest) -> "GraphLayout":
+        inputs = {i.name: i for i in session.get_inputs()}
+        outputs = {o.name: o for o in session.get_outputs()}
+        if "input_ids" not in inputs or "logits" not in outputs:
+            raise ModelFormatError("graph must take 'input_ids' and give 'logits' (see the graph contract)")
+        dims = manifest.dims
+        cache_inputs = "past_key.0" in inputs
+        if cache_inputs:
+            wanted = ["position_ids", "logits_index"] + [
+                f"past_{kv}.{l}" for l in range(dims.num_layers) for kv in ("key", "value")
+            ]
+            missing = [n for n in wanted if n not in inputs]
+            missing += [
+                f"present_{kv}.{l}" for l in range(dims.num_layers) for kv in ("key", "value")
+                if f"present_{kv}.{l}" not in outputs
+            ]
+            if missing:
+                raise ModelFormatError(f"graph lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+        kv_dtype = _KV_DTYPES[manifest.kv_dtype]
+        if cache_inputs and _ORT_FLOAT.get(inputs["past_key.0"].type) is not kv_dtype:
+            raise ModelFormatError(
+                f"manifest kv_dtype {manifest.kv_dtype} but the graph's past_key.0 is {inputs['past_key.0'].type}"
+            )
+        logits_dtype = _ORT_FLOAT.get(outputs["logits"].type)
+        if logits_dtype is None:
+            raise ModelFormatError(f"graph logits are {outputs['logits'].type}; expected float or float16")
+        return cls(cache_inputs, dims.num_layers, dims.num_kv_heads, dims.head_dim, kv_dtype, logits_dtype)
+
+
+class Engine:
+    """One graph's session; `begin` prepares the buffers of one generation."""
+
+    def __init__(self, session: ort.InferenceSession, manifest: Manifest):
+        self.session = session
+        self.layout = GraphLayout.of(session, manifest)
+        self.vocab_size = manifest.dims.vocab_size
+
+    def begin(self, *, batch: int, length: int, cache: str, max_window: int, max_rows: int) -> "EngineRun":
+        return EngineRun(self, batch=batch, length=length, cache=cache, max_window=max_window, max_rows=max_rows)
+
+
+class EngineRun:
+    """The buffers and IOBinding of one generation; `forward` serves one Decoder request.
+
+    Owned by one generation only, so an interrupted generation leaves nothing shared
+    half-updated: the next generation simply begins a new run.
+    """
+
+    def __init__(self, engine: Engine, *, batch: int, length: int, cache: str, max_window: int, max_rows: int):
+        lay = self.layout = engine.layout
+        self.session, self.vocab_size = engine.session, engine.vocab_size
+        self.batch, self.length, self.cache = batch, length, cache
+        self._binding = self.session.io_binding()
+        self._logits = np.empty(batch * max_rows * self.vocab_size, dtype=lay.logits_dtype)
+        self._bound_window: tuple | None = None
+        if not lay.cache_inputs:
+            return
+        layers = range(lay.num_layers)
+        kinds = ("key", "value")
+        kv = (batch, lay.kv_heads, length, lay.head_dim)
+        self._empty_past = np.empty((batch, lay.kv_heads, 0, lay.head_dim), dtype=lay.kv_dtype)
+        self._cache = self._past = None
+        if cache != "none":
+            self._cache = {(k, l): np.empty(kv, dtype=lay.kv_dtype) for k in kinds for l in layers}
+            self._past = {(k, l): np.empty(int(np.prod(kv)), dtype=lay.kv_dtype) for k in kinds for l in layers}
+        scratch = batch * lay.kv_heads * max_window * lay.head_dim
+        self._scratch = {(k, l): np.empty(scratch, dtype=lay.kv_dtype) for k in kinds for l in layers}
+
+    def forward(self, request, input_ids: np.ndarray) -> tuple[np.ndarray, float]:
+        """Logits [B, K, V] for the request's rows and the seconds spent in session.run.
+
+        The logits array is a view of this run's buffer: valid until the next forward.
+        """
+        if not self.layout.cache_inputs:
+            return self._forward_generic(request, input_ids)
+        binding = self._binding
+        start, end = int(request.window_start), int(request.window_end)
+        refresh = bool(request.refresh)
+        if refresh and (self.cache == "none" or (start, end) != (0, self.length)):
+            raise RuntimeError(f"refresh must cover the whole sequence with a cache, got [{start}, {end})")
+        key = (start, end, refresh)
+        if key != self._bound_window:
+            self._bind_window(start, end, refresh)
+            self._bound_window = None if refresh else key  # the cache changes at every refresh
+        binding.bind_cpu_input("input_ids", input_ids)
+        rows = np.ascontiguousarray(request.logits_index, dtype=np.int64)
+        binding.bind_cpu_input("logits_index", rows)
+        shape = (self.batch, len(rows), self.vocab_size)
+        if self._logits.size < np.prod(shape):  # more rows than begin() was told: grow once
+            self._logits = np.empty(int(np.prod(shape)), dtype=self._logits.dtype)
+        logits = self._logits[: int(np.prod(shape))].reshape(shape)
+        binding.bind_output("logits", "cpu", 0, logits.dtype, list(logits.shape), logits.ctypes.data)
+        t0 = time.perf_counter()
+        self.session.run_with_iobinding(binding)
+        return logits, time.perf_counter() - t0
+
+    def _bind_window(self, start: int, end: int, refresh: bool) -> None:
+        lay, binding = self.layout, self._binding
+        width = end - start
+        positions = np.ascontiguousarray(np.broadcast_to(np.arange(start, end, dtype=np.int64), (self.batch, width)))
+        binding.bind_cpu_input("position_ids", positions)
+        window_past = not refresh and self.cache != "none"
+        for l in range(lay.num_layers):
+            for kind in ("key", "value"):
+                past = self._gather_past(kind, l, start, end) if window_past else self._empty_past
+                binding.bind_cpu_input(f"past_{kind}.{l}", past)
+                present = self._cache[kind, l] if refresh else self._view(self._scratch[kind, l], width)
+                binding.bind_output(f"present_{kind}.{l}", "cpu", 0, present.dtype, list(present.shape),
+                                    present.ctypes.data)
+
+    def _gather_past(self, kind: str, layer: int, start: int, end: int) -> np.ndarray:
+        """The refresh K or V of every position outside [start, end), contiguous."""
+        cache = self._cache[kind, layer]
+        past = self._view(self._past[kind, layer], self.length - (end - start))
+        past[:, :, :start] = cache[:, :, :start]
+        past[:, :, start:] = cache[:, :, end:]
+        return past
+
+    def _view(self, flat: np.ndarray, positions: int) -> np.ndarray:
+        lay = self.layout
+        shape = (self.batch, lay.kv_heads, positions, lay.head_dim)
+        size = int(np.prod(shape))
+        if size > flat.size:
+            raise RuntimeError(f"window of {positions} positions exceeds the buffer sized at begin()")
+        return flat[:size].reshape(shape)
+
+    def _forward_generic(self, request, input_ids: np.ndarray) -> tuple[np.ndarray, float]:
+        binding = self._binding
+        binding.bind_cpu_input("input_ids", input_ids)
+        binding.bind_output("logits", "cpu")
+        t0 = time.perf_counter()
+        self.session.run_with_iobinding(binding)
+        seconds = time.perf_counter() - t0
+        full = binding.get_outputs()[0].numpy()
+        rows = np.asarray(request.logits_index, dtype=np.int64)
+        return np.ascontiguousarray(full[:, rows, :]), seconds

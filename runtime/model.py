@@ -1,0 +1,347 @@
+"""The Python API: load a package, generate, stream, chat.
+
+    import unmask
+    model = unmask.load("llada-int4")              # or unmask.load() for the embedded model
+    result = model.generate("What is 12 + 30?", gen_length=64)
+    print(result.text, result.stats.tokens_per_second)
+    for event in model.stream("Tell me a story"):  # events per step; text per finished block
+        print(event.text, end="")
+    chat = model.chat(system="Be brief.")
+    chat.send("Hi!").text
+
+The loop per generation: the C++ Decoder says which window to compute, the Engine
+runs the graph for it, the Decoder scores and commits. Everything is checked
+(config, prompt length, cache mode) before the first forward pass.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from .chat import ChatTemplate, check_messages
+from .config import GenerationConfig
+from .engine import Engine
+from .errors import ConfigError, ModelFormatError
+from .manifest import Manifest
+from .package import Package, open_package
+from .stats import GenerationStats, peak_rss_bytes
+from .tokenizer import Tokenizer
+
+DEFAULT_MODEL = ("models", "default")  # inside the installed package: unmask/models/default/
+
+
+# ---------------------------------------------------------------------- results and events
+
+
+@dataclass
+class Result:
+    """One generation: the answer text, the generated ids and what it cost."""
+
+    text: str  # decoded generation up to the first EOS/EoT, special tokens dropped
+    token_ids: np.ndarray  # int64 [gen_length]: the whole generated region
+    prompt_ids: np.ndarray  # int64 [P]: what the model was conditioned on
+    stats: GenerationStats
+    config: GenerationConfig  # the resolved settings this generation ran with
+
+
+@dataclass
+class StreamEvent:
+    """What one decoding step did. The last event has done=True and carries the Result."""
+
+    step: int  # 0-based forward pass number
+    block: int  # block the step worked on
+    positions: np.ndarray  # int64: absolute positions committed this step
+    tokens: np.ndarray  # int64: the tokens committed there
+    block_done: bool  # the block finished with this step
+    done: bool  # generation finished
+    text: str = ""  # newly finished text (only when a block finished), up to EOS/EoT
+    result: Result | None = None  # set on the final event
+
+
+# ---------------------------------------------------------------------- loading
+
+
+def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
+    """Open a model package (path=None: the embedded default model) on `device`."""
+    folder = Path(path) if path is not None else _default_package_dir()
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"threads must be a positive integer, got {threads!r}")
+    package = open_package(folder)
+    placement = select_device(package, device, threads)
+    try:
+        session = placement.create_session(package.graph_path)
+    except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
+        raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
+    return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
+
+
+def _default_package_dir() -> Path:
+    folder = resources.files("unmask").joinpath(*DEFAULT_MODEL)
+    if not folder.joinpath("unmask.json").is_file():
+        raise ModelFormatError(
+            "this unmask install has no embedded default model; export one with "
+            "`unmask export HF_CHECKPOINT_DIR OUT_DIR` and load it with unmask.load(OUT_DIR)"
+        )
+    return Path(str(folder))
+
+
+def select_device(package: Package, device: str, threads: int | None):
+    """unmask.devices' Placement for this package: provider, session options, threads."""
+    from .devices import select
+
+    return select(package.manifest, device, threads=threads)  # DeviceError / ConfigError
+
+
+# ---------------------------------------------------------------------- the model
+
+
+class Model:
+    """A loaded package: tokenizer, chat template, engine. Use generate/stream/chat."""
+
+    def __init__(self, package: Package, session: ort.InferenceSession, *, threads: int, device: str = "cpu",
+                 placement: Any = None):
+        self.package = package
+        self.placement = placement  # unmask.devices.Placement (explanation, providers), when loaded by load()
+        self.manifest: Manifest = package.manifest
+        self.threads = threads
+        self.device = device
+        self.tokenizer = Tokenizer.from_file(package.tokenizer_path)
+        m = self.manifest
+        self.chat_template = (
+            ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token) if m.chat_template else None
+        )
+        self.engine = Engine(session, m)
+        self.cache_reuse = m.cache_reuse and self.engine.layout.cache_inputs
+        self._stop_ids = {i for i in (m.special_ids.eos_id, m.special_ids.eot_id) if i is not None}
+
+    def __repr__(self) -> str:
+        m = self.manifest
+        return f"<unmask.Model {m.architecture} {m.precision} from {self.package.folder}>"
+
+    @property
+    def default_config(self) -> GenerationConfig:
+        """GenerationConfig() <- manifest generation defaults <- model facts."""
+        return self.manifest.generation_config()
+
+    # ------------------------------------------------------------------ settings and prompt
+    def resolve_config(self, config: GenerationConfig | None = None, **overrides: Any) -> GenerationConfig:
+        """The settings one generation runs with, validated, cache mode resolved.
+
+        Without `config`: GenerationConfig() <- package defaults <- model facts <- overrides.
+        With `config`: it is taken as complete (package defaults are not applied), model facts
+        (mask/eos/eot ids) fill the ids it leaves unset, shift_logits always comes from the
+        package, then overrides. So `model.generate(config=model.resolve_config(...))` runs
+        exactly the settings it was given.
+        """
+        if config is None:
+            cfg = self.default_config
+        elif isinstance(config, GenerationConfig):
+            facts = self.default_config
+            cfg = config.replace(
+                shift_logits=facts.shift_logits,
+                **{name: getattr(facts, name) for name in ("mask_id", "eos_id", "eot_id")
+                   if getattr(config, name) is None},
+            )
+        else:
+            raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
+        cfg = cfg.replace(**overrides)
+        if cfg.cache is None:
+            cfg = cfg.replace(cache="dual" if self.cache_reuse else "none")
+        cfg.validate()
+        if cfg.cache != "none" and not self.cache_reuse:
+            raise ConfigError(
+                f"cache {cfg.cache!r} needs a package exported with key/value reuse; this one has none "
+                "(use cache='none')"
+            )
+        return cfg
+
+    def encode_prompt(self, prompt: str | None = None, *, messages: Sequence[Mapping[str, str]] | None = None,
+                      prompt_ids: Any = None) -> np.ndarray:
+        """Prompt ids (int64) from exactly one of: text, a conversation, or ids."""
+        given = [name for name, value in (("prompt", prompt), ("messages", messages), ("prompt_ids", prompt_ids))
+                 if value is not None]
+        if len(given) != 1:
+            raise ConfigError(f"give exactly one of prompt, messages, prompt_ids (got {', '.join(given) or 'none'})")
+        if prompt_ids is not None:
+            ids = self._check_ids(prompt_ids)
+        elif messages is not None:
+            if self.chat_template is None:
+                raise ConfigError("this package has no chat template; pass a plain prompt or prompt_ids")
+            ids = self.chat_template.encode(check_messages(messages), self.tokenizer, add_generation_prompt=True)
+        else:
+            if not isinstance(prompt, str):
+                raise ConfigError(f"prompt must be a string, got {type(prompt).__name__}")
+            if not prompt.strip():
+                raise ConfigError("the prompt is empty")
+            if self.chat_template is not None:
+                ids = self.chat_template.encode([{"role": "user", "content": prompt}], self.tokenizer)
+            else:
+                ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            raise ConfigError("the prompt is empty")
+        return ids
+
+    def _check_ids(self, prompt_ids: Any) -> np.ndarray:
+        ids = np.asarray(prompt_ids)
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise ConfigError(f"prompt_ids must be a 1-D sequence of integers, got shape {ids.shape} {ids.dtype}")
+        ids = ids.astype(np.int64)
+        vocab = self.manifest.dims.vocab_size
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise ConfigError(f"prompt_ids must lie in [0, {vocab}) (the model's vocabulary)")
+        return ids
+
+    def _check_length(self, prompt_ids: np.ndarray, cfg: GenerationConfig) -> None:
+        limit = self.manifest.dims.max_sequence_length
+        total = len(prompt_ids) + cfg.gen_length
+        if total > limit:
+            raise ConfigError(
+                f"prompt of {len(prompt_ids)} tokens + gen_length {cfg.gen_length} = {total} tokens exceeds "
+                f"the model's maximum sequence length {limit}"
+            )
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompt: str | None = None, *, messages=None, prompt_ids=None,
+                 config: GenerationConfig | None = None, **overrides: Any) -> Result:
+        """Generate an answer; see `stream` for the arguments."""
+        result = None
+        for event in self.stream(prompt, messages=messages, prompt_ids=prompt_ids, config=config, **overrides):
+            result = event.result
+        assert result is not None
+        return result
+
+    def stream(self, prompt: str | None = None, *, messages=None, prompt_ids=None,
+               config: GenerationConfig | None = None, **overrides: Any) -> Iterator[StreamEvent]:
+        """Yield a StreamEvent per forward pass; the last one (done=True) carries the Result.
+
+        Exactly one of `prompt` (text; wrapped as one user turn with the chat template when
+        the package has one), `messages` ([{role, content}], rendered with the template) or
+        `prompt_ids` (used as is). `config` and keyword overrides (GenerationConfig field
+        names) go on top of the package defaults. Everything is validated before this
+        returns, so errors surface at the call, not at the first next().
+        """
+        cfg = self.resolve_config(config, **overrides)
+        ids = self.encode_prompt(prompt, messages=messages, prompt_ids=prompt_ids)
+        self._check_length(ids, cfg)
+        from .decoding import make_decoder  # the C++ core loads on first generation
+
+        decoder = make_decoder(cfg, ids, cache=cfg.cache, threads=self.threads)
+        return self._run(decoder, cfg, ids)
+
+    def _run(self, decoder, cfg: GenerationConfig, prompt_ids: np.ndarray) -> Iterator[StreamEvent]:
+        started = time.perf_counter()
+        prompt_length, length = decoder.prompt_length, decoder.length
+        stats = GenerationStats(cache=cfg.cache)
+        run = self.engine.begin(
+            batch=2 if cfg.cfg_scale > 0 else 1,
+            length=length,
+            cache=cfg.cache,
+            max_window=_max_window(cfg, prompt_length, length),
+            max_rows=cfg.gen_length,
+        )
+        shown = ""
+        step = 0
+        while not decoder.done:
+            t0 = time.perf_counter()
+            request = decoder.next_request()
+            logits, forward_seconds = run.forward(request, decoder.input_ids())
+            event = decoder.advance(logits)
+            width = int(request.window_end) - int(request.window_start)
+            kind = "full" if cfg.cache == "none" else ("refresh" if request.refresh else "window")
+            past = length - width if kind == "window" else 0
+            committed = len(event.positions) - int(event.filled)  # early-stop fill excluded
+            stats.record_step(kind, width, past, logits.shape[1], forward_seconds,
+                              time.perf_counter() - t0 - forward_seconds, committed)
+            text = ""
+            if event.block_done or event.done:
+                if stats.first_block_seconds is None:
+                    stats.first_block_seconds = time.perf_counter() - started
+                finished = length if event.done else prompt_length + (int(event.block) + 1) * cfg.resolved_block_length
+                visible = self._text(decoder.ids[prompt_length:finished])
+                text, shown = visible[len(shown):], visible
+            result = None
+            if event.done or decoder.done:
+                result = self._result(decoder, cfg, prompt_ids, stats, started)
+            yield StreamEvent(step, int(event.block), np.asarray(event.positions, dtype=np.int64),
+                              np.asarray(event.tokens, dtype=np.int64), bool(event.block_done),
+                              result is not None, text, result)
+            step += 1
+
+    def _result(self, decoder, cfg, prompt_ids, stats: GenerationStats, started: float) -> Result:
+        generated = np.asarray(decoder.ids[decoder.prompt_length:], dtype=np.int64)
+        stats.total_seconds = time.perf_counter() - started
+        stats.peak_rss_bytes = peak_rss_bytes()
+        return Result(self._text(generated), generated, prompt_ids, stats, cfg)
+
+    def _text(self, generated: np.ndarray) -> str:
+        """Decode up to the first EOS/EoT."""
+        stops = np.flatnonzero(np.isin(generated, list(self._stop_ids))) if self._stop_ids else []
+        end = int(stops[0]) if len(stops) else len(generated)
+        return self.tokenizer.decode(generated[:end])
+
+    # ------------------------------------------------------------------ chat
+    def chat(self, system: str | None = None, **overrides: Any) -> "ChatSession":
+        """A conversation that keeps its history across turns."""
+        return ChatSession(self, system=system, **overrides)
+
+
+def _max_window(cfg: GenerationConfig, prompt_length: int, length: int) -> int:
+    """Largest window a non-refresh step can ask for (sizes the scratch presents)."""
+    extra = 1 if cfg.shift_logits else 0
+    if cfg.cache == "dual":
+        return min(length, cfg.resolved_block_length + extra)
+    if cfg.cache == "prefix":
+        return min(length, length - prompt_length + extra)
+    return length
+
+
+# ---------------------------------------------------------------------- chat sessions
+
+
+class ChatSession:
+    """Multi-turn chat: history of {role, content}, an optional system prompt, per-session overrides."""
+
+    def __init__(self, model: Model, system: str | None = None, **overrides: Any):
+        if model.chat_template is None:
+            raise ConfigError("this package has no chat template, so it cannot chat; use generate()")
+        model.resolve_config(**overrides)  # reject bad settings now, not at the first turn
+        self.model, self.system, self.history, self.overrides = model, system, [], dict(overrides)
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        """The conversation the model would see if `text` were sent now."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError("the message is empty")
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + [dict(m) for m in self.history] + [{"role": "user", "content": text}]
+
+    def send(self, text: str, **overrides: Any) -> Result:
+        result = None
+        for event in self.stream(text, **overrides):
+            result = event.result
+        assert result is not None
+        return result
+
+    def stream(self, text: str, **overrides: Any) -> Iterator[StreamEvent]:
+        """Stream one turn; the turn enters the history only once it finished."""
+        events = self.model.stream(messages=self.messages(text), **{**self.overrides, **overrides})
+        return self._record(text, events)
+
+    def _record(self, text: str, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+        for event in events:
+            if event.result is not None:
+                self.history += [{"role": "user", "content": text},
+                                 {"role": "assistant", "content": event.result.text}]
+            yield event
+
+    def reset(self) -> None:
+        """Forget the conversation (the system prompt stays)."""
+        self.history = []
