@@ -31,8 +31,9 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 
 GRAPH_OPTIMIZATIONS = ("disabled", "basic", "extended", "all")
 EXECUTION_MODES = ("sequential", "parallel")
-# The exporter's attention kernels (unmask.export.config.ATTENTIONS without "auto"; a test keeps them equal).
+# The exporter's attention kernels (unmask.export.config.ATTENTIONS; a test keeps them equal).
 ATTENTION_VARIANTS = (
+    "auto",  # the exporter picks per model (CPU: MultiHeadAttention for full heads, Attention-23 for grouped KV)
     "gqa",  # com.microsoft::GroupQueryAttention (causal=0): fused kernels on CPU and CUDA
     "mha",  # com.microsoft::MultiHeadAttention (unidirectional=0); CPU kernel fp32 only
     "attention23",  # ONNX-23 Attention (is_causal=0)

@@ -120,7 +120,7 @@ class TestProfiles:
 
         from unmask.devices.profile import ATTENTION_VARIANTS
 
-        assert set(ATTENTION_VARIANTS) == set(ATTENTIONS) - {"auto"}
+        assert set(ATTENTION_VARIANTS) == set(ATTENTIONS)
         for p in PROFILES:  # the export command a profile recommends must be one the exporter accepts
             resolved = ExportConfig(precision=p.package.precision, target=p.package.target).resolve()
             if p.package.target == p.device:
