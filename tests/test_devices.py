@@ -458,10 +458,11 @@ class TestCli:
         assert result.exit_code == 0, result.output
         assert "Device profiles" in result.output and "chosen:" in result.output
 
-    def test_unknown_device(self):
+    def test_unknown_device_fails_before_any_table(self):
         result = self.run("--device", "tpu", "--json")
         assert isinstance(result.exception, DeviceError)
-        assert "valid devices" in json.loads(result.output)["error"]
+        assert "valid devices: auto" in str(result.exception)
+        assert result.output == ""
 
     def test_model_too_big(self, tmp_path):
         from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds, write_manifest

@@ -1,8 +1,9 @@
 """`unmask devices`: what this machine offers, what would run where, and why.
 
 Maps its flags onto unmask.devices (detect, survey, select) and prints the result
-as rich tables, or as JSON with --json. Selection failures (unknown device, model
-too big) are shown with the tables, then exit 1.
+as rich tables, or as JSON with --json. An unknown device name fails at once;
+other selection failures (provider missing, model too big) are shown with the
+tables, then exit 1.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def command(model: str | None, device: str, as_json: bool) -> None:
         from ..manifest import read_manifest
 
         manifest = read_manifest(model)
-    detection = devices.detect()
     profiles = devices.load_profiles()
+    devices.parse_device(device, profiles)  # a misspelt name fails before any detection or table
+    detection = devices.detect()
     rows = devices.survey(detection, profiles)
     placement, error = None, None
     with warnings.catch_warnings(record=True) as caught:
