@@ -1,0 +1,283 @@
+"""Train the embedded diffusion LM: LLaDA layout, masked-diffusion SFT on `unmask.tasks`.
+
+    python -m unmask.export.training.train --out DIR [--minutes N] [--overwrite] [--max-steps N] ...
+
+Writes an HF LLaDA folder (config.json, model.safetensors, tokenizer files) that the
+standard `unmask export` converts. Objective (LLaDA SFT): per example t ~ U(eps, 1),
+each answer-region token (answer, <|eot_id|>, EOS padding to gen_length) is masked
+with probability t, the prompt never; loss = sum over masked of CE / t, divided by
+the region length. Every file is written to a temporary name and moved into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ... import tasks
+from ..reference import LladaModel, llada_config, parameter_count
+from .tokenizer import save_tokenizer, special_ids, train_tokenizer
+
+
+@dataclass
+class TrainConfig:
+    out: str = ""  # output folder (HF layout); refused if it exists unless overwrite
+    overwrite: bool = False  # reuse an existing output folder
+    minutes: float = 55.0  # wall-clock budget for the optimisation loop (the LR schedule spans it)
+    max_steps: int | None = None  # stop earlier after this many steps (smoke tests)
+    seed: int = 0  # data order, masking and init
+    threads: int = 2  # torch intra-op threads
+    # model (LLaDA keys); head_dim = d_model / n_heads
+    d_model: int = 256
+    n_layers: int = 6
+    n_heads: int = 4
+    mlp_hidden_size: int = 768
+    vocab_size: int = 1024  # BPE target; the model uses the tokenizer's real size
+    tokenizer_examples: int = 20000  # generator examples the BPE is trained on
+    # optimisation
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decay to lr * this at the end of the budget
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    mask_eps: float = 1e-3  # t ~ U(eps, 1)
+    gen_length: int = tasks.GEN_LENGTH
+    # logging / evaluation
+    log_every: int = 25  # steps between loss lines
+    eval_every_minutes: float = 8.0  # quick held-out exact match + checkpoint
+    eval_per_family: int = 20  # quick evaluation size
+    final_eval_per_family: int = 100  # written at the end
+
+
+# ---------------------------------------------------------------------- batches
+
+
+class Batcher:
+    """Tokenized training examples -> padded tensors (left padding, so answers end together)."""
+
+    def __init__(self, tokenizer, cfg: TrainConfig):
+        self.tok, self.cfg = tokenizer, cfg
+        self.ids = special_ids(tokenizer)
+        self.stream = tasks.iter_examples("train", cfg.seed)
+        self._cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = self._cache[text] = self.tok.encode(text, add_special_tokens=False).ids
+            if len(self._cache) > 200_000:
+                self._cache.clear()
+        return ids
+
+    def region(self, answer: str) -> list[int]:
+        """answer + <|eot_id|> + EOS up to gen_length."""
+        ids = self.tok.encode(answer, add_special_tokens=False).ids + [self.ids["eot"]]
+        if len(ids) > self.cfg.gen_length:
+            raise ValueError(f"answer of {len(ids)} tokens does not fit gen_length {self.cfg.gen_length}: {answer!r}")
+        return ids + [self.ids["eos"]] * (self.cfg.gen_length - len(ids))
+
+    def prompts(self, examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids, position_ids, attention_mask for chat prompts + gen_length masks (left padded)."""
+        rows = [self.encode(tasks.chat_prompt(ex.prompt)) for ex in examples]
+        return self._pad([r + [self.ids["mask"]] * self.cfg.gen_length for r in rows])
+
+    def _pad(self, rows: list[list[int]]):
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), self.ids["eos"], dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r)
+            attention[i, width - len(r):] = True
+        positions = (attention.long().cumsum(1) - 1).clamp(min=0)
+        return ids, positions, attention
+
+    def next(self, batch_size: int):
+        examples = list(itertools.islice(self.stream, batch_size))
+        rows = [self.encode(tasks.chat_prompt(ex.prompt)) + self.region(ex.answer) for ex in examples]
+        return self._pad(rows)
+
+
+def add_noise(ids: torch.Tensor, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
+    """Forward process: t ~ U(eps, 1) per row; each of the last gen_length tokens becomes mask_id
+    with probability t. The prompt (everything before the region) is never masked."""
+    B, L = ids.shape
+    t = eps + (1 - eps) * torch.rand(B, 1, generator=gen)
+    in_region = torch.zeros(B, L, dtype=torch.bool)
+    in_region[:, L - gen_length:] = True
+    masked = in_region & (torch.rand(B, L, generator=gen) < t)
+    return torch.where(masked, torch.full_like(ids, mask_id), ids), masked, t
+
+
+def diffusion_loss(model, ids, positions, attention, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
+    """LLaDA SFT loss: sum over masked positions of CE / t, divided by rows * region length."""
+    noisy, masked, t = add_noise(ids, gen_length, mask_id, eps, gen)
+    logits = model(noisy, positions, attention)
+    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
+    weight = (1.0 / t).expand_as(masked)[masked]
+    return (ce * weight).sum() / (ids.shape[0] * gen_length)
+
+
+# ---------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def generate_low_confidence(model, ids, positions, attention, gen_length: int, mask_id: int) -> torch.Tensor:
+    """LLaDA low_confidence at temperature 0, steps = gen_length, one block: each step commits
+    the single most confident masked position (ties: lowest position). Returns the region [B, G]."""
+    x = ids.clone()
+    region = slice(x.shape[1] - gen_length, x.shape[1])
+    for _ in range(gen_length):
+        logits = model(x, positions, attention)[:, region]
+        probs = logits.softmax(-1)
+        confidence, token = probs.max(-1)
+        still_masked = x[:, region] == mask_id
+        confidence = torch.where(still_masked, confidence, torch.full_like(confidence, -1.0))
+        pick = confidence.argmax(-1)
+        rows = torch.arange(x.shape[0])
+        active = still_masked[rows, pick]
+        x[rows[active], region.start + pick[active]] = token[rows[active], pick[active]]
+    return x[:, region]
+
+
+def evaluate(model, batcher: Batcher, examples, batch_size: int = 128) -> dict[str, float]:
+    """Held-out exact match per family (and overall) with generate_low_confidence."""
+    was_training = model.training
+    model.eval()
+    predictions = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        ids, positions, attention = batcher.prompts(chunk)
+        out = generate_low_confidence(model, ids, positions, attention, batcher.cfg.gen_length, batcher.ids["mask"])
+        predictions += [batcher.tok.decode(row.tolist(), skip_special_tokens=False) for row in out]
+    model.train(was_training)
+    return tasks.score(examples, predictions)
+
+
+# ---------------------------------------------------------------------- driver
+
+
+def prepare_out_dir(cfg: TrainConfig) -> Path:
+    out = Path(cfg.out)
+    if out.exists() and not cfg.overwrite:
+        raise FileExistsError(f"output folder {out} exists; pass --overwrite to reuse it")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def learning_rate(cfg: TrainConfig, step: int, progress: float) -> float:
+    warm = min(1.0, (step + 1) / cfg.warmup_steps)
+    cosine = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * warm * cosine
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def train(cfg: TrainConfig) -> dict:
+    out = prepare_out_dir(cfg)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+
+    corpus = [tasks.chat_prompt(ex.prompt) + ex.answer + tasks.EOT
+              for ex in itertools.islice(tasks.iter_examples("train", cfg.seed), cfg.tokenizer_examples)]
+    tokenizer = train_tokenizer(corpus, cfg.vocab_size)
+    save_tokenizer(tokenizer, out)
+    ids = special_ids(tokenizer)
+    model = LladaModel(llada_config(
+        vocab_size=tokenizer.get_vocab_size(), d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+        mlp_hidden_size=cfg.mlp_hidden_size, max_sequence_length=512, rope_theta=10000.0,
+        mask_token_id=ids["mask"], eos_token_id=ids["eos"],
+    ))
+    model.hf_config["bos_token_id"] = ids["bos"]
+    log(f"model: {parameter_count(model):,} parameters, vocab {tokenizer.get_vocab_size()}, "
+        f"config {json.dumps(asdict(cfg))}")
+
+    batcher = Batcher(tokenizer, cfg)
+    quick = tasks.make_examples("heldout", cfg.eval_per_family * len(tasks.FAMILIES), cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    budget = cfg.minutes * 60.0
+    start = last_eval = time.monotonic()
+    step, running = 0, 0.0
+    model.train()
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed >= budget or (cfg.max_steps is not None and step >= cfg.max_steps):
+            break
+        lr = learning_rate(cfg, step, elapsed / budget)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = diffusion_loss(model, *batcher.next(cfg.batch_size), cfg.gen_length, ids["mask"], cfg.mask_eps, gen)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        running += loss.item()
+        if step % cfg.log_every == 0:
+            log(f"step {step} loss {running / cfg.log_every:.4f} lr {lr:.2e} "
+                f"{(time.monotonic() - start) / step:.2f}s/step")
+            running = 0.0
+        if time.monotonic() - last_eval >= cfg.eval_every_minutes * 60:
+            model.save_pretrained(out)
+            log(f"step {step} checkpoint saved; held-out exact match {_fmt(evaluate(model, batcher, quick))}")
+            last_eval = time.monotonic()
+
+    model.save_pretrained(out)
+    final = tasks.make_examples("heldout", cfg.final_eval_per_family * len(tasks.FAMILIES), cfg.seed)
+    accuracy = evaluate(model, batcher, final)
+    summary = {"steps": step, "last_loss": loss.item() if step else None, "parameters": parameter_count(model),
+               "heldout_exact_match": accuracy, "heldout_examples": len(final),
+               "decoding": "low_confidence, steps = gen_length, temperature 0, cache none",
+               "gen_length": cfg.gen_length, "train_config": asdict(cfg)}
+    tmp = out / "training_summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out / "training_summary.json")
+    log(f"done: {step} steps, final held-out exact match {_fmt(accuracy)}")
+    return summary
+
+
+def _fmt(accuracy: dict[str, float]) -> str:
+    return " ".join(f"{k}={100 * v:.1f}%" for k, v in accuracy.items())
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    parser = argparse.ArgumentParser(prog="python -m unmask.export.training.train", description=__doc__.split("\n")[0])
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "bool" or isinstance(f.default, bool):
+            parser.add_argument(flag, action="store_true")
+        elif f.name == "out":
+            parser.add_argument(flag, required=True)
+        else:
+            kind = float if isinstance(f.default, float) else int  # max_steps: int or None
+            parser.add_argument(flag, type=kind, default=getattr(defaults, f.name))
+    return TrainConfig(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        train(cfg)
+    except FileExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

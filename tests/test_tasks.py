@@ -1,0 +1,94 @@
+"""unmask.tasks: deterministic generator, disjoint splits, correct answers, chat format, scoring."""
+
+import json
+import re
+
+import jinja2
+import pytest
+
+from unmask import tasks
+
+
+class TestGenerator:
+    def test_deterministic(self):
+        assert tasks.make_examples("train", 50, seed=3) == tasks.make_examples("train", 50, seed=3)
+        assert tasks.make_examples("train", 50, seed=3) != tasks.make_examples("train", 50, seed=4)
+
+    def test_balanced_and_distinct(self):
+        examples = tasks.make_examples("heldout", 103)
+        counts = {f: sum(e.family == f for e in examples) for f in tasks.FAMILIES}
+        assert sorted(counts.values()) == [20, 20, 21, 21, 21]
+        assert len({e.prompt for e in examples}) == 103
+
+    def test_splits_do_not_overlap(self):
+        heldout = {e.prompt for e in tasks.make_examples("heldout", 500)}
+        train = {e.prompt for e in tasks.make_examples("train", 3000)}
+        assert not heldout & train
+        assert all(tasks.split_of(p) == "heldout" for p in heldout)
+
+    def test_tool_calls_are_json_calls(self):
+        names = set()
+        for ex in tasks.make_examples("train", 300, families=["tool_call"]):
+            call = json.loads(ex.answer)
+            assert set(call) == {"name", "arguments"}
+            names.add(call["name"])
+        assert names == {"get_weather", "set_timer", "send_message", "create_event", "set_thermostat", "set_device"}
+
+    def test_arithmetic_answers(self):
+        ops = {"+": int.__add__, "plus": int.__add__, "-": int.__sub__, "minus": int.__sub__,
+               "*": int.__mul__, "times": int.__mul__}
+        for ex in tasks.make_examples("train", 200, families=["arithmetic"]):
+            a, op, b = re.search(r"(\d+) (\S+) (\d+)", ex.prompt).groups()
+            assert int(ex.answer) == ops[op](int(a), int(b)) >= 0
+
+    def test_list_answers(self):
+        for ex in tasks.make_examples("train", 100, families=["list"]):
+            items = ex.prompt.split(": ", 1)[1].split(", ")
+            result = ex.answer.split(", ")
+            if ex.prompt.startswith("Reverse"):
+                assert result == items[::-1]
+            else:
+                key = int if items[0].isdigit() else str
+                assert result == sorted(items, key=key)
+
+    def test_unit_answers(self):
+        factors = {(big, small): f for big, small, f in tasks.CONVERSIONS}
+        for ex in tasks.make_examples("train", 100, families=["units"]):
+            value, src = re.search(r"(\d+) (\w+)( to|\?| in)", ex.prompt).groups()[:2]
+            out, dst = ex.answer.split()
+            if (src, dst) in factors:
+                assert int(out) == int(value) * factors[(src, dst)]
+            else:
+                assert int(out) * factors[(dst, src)] == int(value)
+
+    def test_extract_answer_is_in_context(self):
+        for ex in tasks.make_examples("train", 50, families=["extract"]):
+            assert ex.answer in ex.prompt.split("\nQuestion:")[0]
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match="split"):
+            tasks.make_examples("test", 1)
+        with pytest.raises(ValueError, match="families"):
+            tasks.make_examples("train", 1, families=["poetry"])
+
+
+class TestChatFormat:
+    def test_chat_prompt_matches_template(self):
+        rendered = jinja2.Template(tasks.CHAT_TEMPLATE).render(
+            messages=[{"role": "user", "content": "What is 2 + 2?"}], bos_token=tasks.BOS, add_generation_prompt=True)
+        assert rendered == tasks.chat_prompt("What is 2 + 2?")
+        assert rendered.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+class TestScoring:
+    def test_exact_match_stops_at_end_tokens(self):
+        assert tasks.exact_match(" 42<|eot_id|><|endoftext|><|endoftext|>", "42")
+        assert tasks.exact_match("42<|endoftext|>7", "42")
+        assert not tasks.exact_match("420", "42")
+
+    def test_score_per_family(self):
+        examples = [tasks.Example("list", "p", "a"), tasks.Example("list", "q", "b"), tasks.Example("units", "r", "c")]
+        result = tasks.score(examples, ["a", "x", "c"])
+        assert result == {"list": 0.5, "units": 1.0, "overall": 2 / 3}
+        with pytest.raises(ValueError):
+            tasks.score(examples, ["a"])

@@ -1,0 +1,115 @@
+"""unmask.export.training: tokenizer, noising, sampler, and a few-step training smoke test."""
+
+import itertools
+import json
+
+import pytest
+import torch
+
+from unmask import tasks
+from unmask.export.reference import LladaModel, llada_config, load_reference
+from unmask.export.training.tokenizer import special_ids, train_tokenizer
+from unmask.export.training.train import (
+    Batcher,
+    TrainConfig,
+    add_noise,
+    generate_low_confidence,
+    main,
+    train,
+)
+
+# a tiny BPE compresses less, hence the longer generation region
+TINY = dict(d_model=32, n_layers=1, n_heads=2, mlp_hidden_size=64, vocab_size=400, tokenizer_examples=500,
+            gen_length=64, batch_size=4, max_steps=3, eval_per_family=1, final_eval_per_family=1, log_every=1,
+            threads=1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The tokenizer the real training run builds (same corpus size and vocabulary target)."""
+    cfg = TrainConfig(out="unused")
+    corpus = [tasks.chat_prompt(e.prompt) + e.answer + tasks.EOT
+              for e in itertools.islice(tasks.iter_examples("train"), cfg.tokenizer_examples)]
+    return train_tokenizer(corpus, vocab_size=cfg.vocab_size)
+
+
+class TestTokenizer:
+    def test_specials_and_single_digits(self, tokenizer):
+        ids = special_ids(tokenizer)
+        assert len(set(ids.values())) == 4
+        assert tokenizer.encode("<|mdm_mask|>", add_special_tokens=False).ids == [ids["mask"]]
+        assert tokenizer.encode("907", add_special_tokens=False).tokens == ["9", "0", "7"]
+
+    def test_a_word_is_the_same_token_in_prompt_and_answer(self, tokenizer):
+        in_prompt = tokenizer.encode("weather in Paris today", add_special_tokens=False).tokens
+        in_answer = tokenizer.encode('{"city":"Paris"}', add_special_tokens=False).tokens
+        assert "Paris" in in_prompt and "Paris" in in_answer
+
+    def test_every_answer_fits_gen_length(self, tokenizer):
+        for ex in tasks.make_examples("heldout", 500):
+            assert len(tokenizer.encode(ex.answer).ids) + 1 <= tasks.GEN_LENGTH  # + <|eot_id|>
+            assert tokenizer.decode(tokenizer.encode(ex.answer).ids) == ex.answer
+
+
+class TestBatches:
+    def test_region_is_answer_eot_then_eos(self, tokenizer):
+        batcher = Batcher(tokenizer, TrainConfig(out="unused"))
+        ids = special_ids(tokenizer)
+        region = batcher.region("42")
+        assert len(region) == tasks.GEN_LENGTH
+        assert region[2:] == [ids["eot"]] + [ids["eos"]] * (tasks.GEN_LENGTH - 3)
+        with pytest.raises(ValueError, match="gen_length"):
+            batcher.region("1" * 60)
+
+    def test_noise_never_touches_the_prompt(self, tokenizer):
+        batcher = Batcher(tokenizer, TrainConfig(out="unused"))
+        ids, _, _ = batcher.next(16)
+        noisy, masked, t = add_noise(ids, tasks.GEN_LENGTH, 2, 1e-3, torch.Generator().manual_seed(0))
+        prompt = slice(0, ids.shape[1] - tasks.GEN_LENGTH)
+        assert torch.equal(noisy[:, prompt], ids[:, prompt]) and not masked[:, prompt].any()
+        assert masked.any() and torch.all(noisy[masked] == 2)
+        assert t.shape == (16, 1) and bool(((t > 0) & (t <= 1)).all())
+
+    def test_sampler_fills_every_mask(self, tokenizer):
+        cfg = TrainConfig(out="unused", gen_length=8)
+        batcher = Batcher(tokenizer, cfg)
+        torch.manual_seed(0)
+        model = LladaModel(_config(tokenizer)).eval()
+        ids, positions, attention = batcher.prompts(tasks.make_examples("heldout", 3))
+        out = generate_low_confidence(model, ids, positions, attention, 8, special_ids(tokenizer)["mask"])
+        assert out.shape == (3, 8) and not (out == special_ids(tokenizer)["mask"]).any()
+
+
+def _config(tokenizer):
+    ids = special_ids(tokenizer)
+    return llada_config(vocab_size=tokenizer.get_vocab_size(), d_model=32, n_layers=1, n_heads=2,
+                        mlp_hidden_size=64, mask_token_id=ids["mask"], eos_token_id=ids["eos"])
+
+
+class TestTrainSmoke:
+    def test_few_steps_write_an_hf_llada_folder(self, tmp_path):
+        out = tmp_path / "model"
+        summary = train(TrainConfig(out=str(out), **TINY))
+        assert summary["steps"] == 3 and summary["last_loss"] > 0
+        assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "training_summary.json"} <= {p.name for p in out.iterdir()}
+        assert not list(out.glob("*.tmp"))
+        config = json.loads((out / "config.json").read_text())
+        assert config["model_type"] == "llada" and config["block_type"] == "llama"
+        assert config["d_model"] == 32 and config["n_layers"] == 1
+        tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+        assert tokenizer_config["chat_template"] == tasks.CHAT_TEMPLATE
+        model = load_reference(out)
+        assert isinstance(model, LladaModel)
+        assert set(summary["heldout_exact_match"]) == set(tasks.FAMILIES) | {"overall"}
+
+    def test_refuses_existing_folder_unless_overwrite(self, tmp_path, capsys):
+        out = tmp_path / "model"
+        out.mkdir()
+        with pytest.raises(FileExistsError):
+            train(TrainConfig(out=str(out), **TINY))
+        assert main(["--out", str(out), "--max-steps", "1"]) == 2
+        assert "--overwrite" in capsys.readouterr().err
+        assert not list(out.iterdir())
+        train(TrainConfig(out=str(out), overwrite=True, **dict(TINY, max_steps=1)))
+        assert (out / "model.safetensors").exists()
