@@ -71,7 +71,7 @@ class StreamEvent:
 
 def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
     """Open a model package (path=None: the embedded default model) on `device`."""
-    folder = Path(path) if path is not None else _default_package_dir()
+    folder = Path(path) if path is not None else default_package_dir()
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive integer, got {threads!r}")
     package = open_package(folder)
@@ -83,7 +83,7 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
 
 
-def _default_package_dir() -> Path:
+def default_package_dir() -> Path:
     folder = resources.files("unmask").joinpath(*DEFAULT_MODEL)
     if not folder.joinpath("unmask.json").is_file():
         raise ModelFormatError(

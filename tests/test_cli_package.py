@@ -128,3 +128,16 @@ class TestTerminal:
         assert child.exitstatus == 0, output
         assert "░" in output and "tokens unmasked" in output
         assert "\x1b[J" in output  # redrawn in place
+
+
+class TestEmbeddedModel:
+    """Commands whose MODEL/PACKAGE argument is omitted use the model shipped in the package."""
+
+    def test_info_without_argument_describes_the_embedded_model(self):
+        from unmask.model import default_package_dir
+
+        result = invoke(["info", "--json"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.output)
+        assert doc["path"] == str(default_package_dir())
+        assert doc["architecture"] == "llada" and doc["precision"] == "int8"

@@ -105,6 +105,7 @@ def _text(doc: dict) -> str:
 
 EXAMPLES = """\b
 Examples:
+  unmask info                      # the embedded model
   unmask info ./llada-int4
   unmask info ./llada-int4 --verify
   unmask info ./llada-int4 --json | jq .generation
@@ -112,12 +113,18 @@ Examples:
 
 
 @click.command("info", epilog=EXAMPLES)
-@click.argument("package", type=click.Path(path_type=Path))
+@click.argument("package", type=click.Path(path_type=Path), required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verify", is_flag=True, help="Also hash every graph file against unmask.json (slow for big models).")
-def command(package: Path, as_json: bool, verify: bool) -> None:
+def command(package: Path | None, as_json: bool, verify: bool) -> None:
     """Summarize a model package: architecture, size, precision, special tokens, default settings.
+
+    PACKAGE defaults to the embedded model.
     """
+    if package is None:
+        from ..model import default_package_dir
+
+        package = default_package_dir()
     check_model_path(package)
     doc = info_document(package, verify=verify)
     click.echo(json.dumps(doc, indent=2) if as_json else _text(doc))

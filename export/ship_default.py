@@ -1,0 +1,112 @@
+"""Ship a trained checkpoint as the embedded default model (runtime/models/default/).
+
+    python -m unmask.export.ship_default /work/devenv/default-model-ckpt
+    python -m unmask.export.ship_default CKPT --out some/folder      # anywhere else
+
+The checkpoint goes through the standard export (int8, CPU, validated against fp32); the
+package's generation defaults become the tasks' generation length in one block (what the
+model was trained on), a tasks.json records the task families for `unmask eval`, and the
+result must fit the size budget and answer at least MIN_ACCURACY of CHECK_EXAMPLES held-out
+examples exactly (its default settings, as `unmask eval` runs it). Everything is staged beside the destination and renamed
+into place, so an interrupted run leaves the previous model untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .. import tasks
+from ..errors import ModelFormatError, UnmaskError
+from ..evaluate import TaskSpec, evaluate, write_task_spec
+from ..manifest import generation_defaults, read_manifest, write_manifest
+from ..config import GenerationConfig
+from .package import export_model
+
+MAX_BYTES = 10 * 1000 * 1000  # the wheel carries the model: at most 10 MB for the whole folder
+PRECISION = "int8"
+CHECK_EXAMPLES = 50  # held-out examples the shipped package must answer (0: skip the check)
+MIN_ACCURACY = 0.9  # what tests/test_eval.py asserts on the embedded model
+SOURCE_DEFAULT = Path("runtime", "models", "default")  # relative to the checkout's root (unmask/models/default)
+
+
+def package_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def ship(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
+         families: tuple[str, ...] = tasks.FAMILIES, gen_length: int = tasks.GEN_LENGTH,
+         precision: str = PRECISION, max_bytes: int = MAX_BYTES, check: int = CHECK_EXAMPLES,
+         min_accuracy: float = MIN_ACCURACY, quiet: bool = False) -> Path:
+    """Export `checkpoint` into `out` (replacing it atomically); returns `out`."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = out.parent / f".{out.name}.ship-{os.getpid()}"
+    if staged.exists():
+        shutil.rmtree(staged)
+    try:
+        export_model(checkpoint, staged, precision=precision, target="cpu", quiet=quiet)
+        manifest = read_manifest(staged)
+        # Trained as one gen_length region per answer: that is also how chat should run it.
+        manifest.generation = generation_defaults(GenerationConfig(gen_length=gen_length))
+        manifest.provenance = {**manifest.provenance, "source": Path(checkpoint).name, "shipped_as": "default"}
+        write_manifest(manifest, staged)
+        write_task_spec(TaskSpec(tuple(families), gen_length), staged)
+        size = package_bytes(staged)
+        if size > max_bytes:
+            raise ModelFormatError(f"the {precision} package is {size:,} bytes, over the {max_bytes:,}-byte budget "
+                                   f"of the embedded model; train a smaller model or use int4")
+        if check:
+            report = evaluate(staged, limit=check)
+            if report.overall.accuracy < min_accuracy:
+                raise ModelFormatError(f"{checkpoint} answers {report.overall.accuracy:.0%} of {check} held-out "
+                                       f"examples exactly, under the {min_accuracy:.0%} the embedded model needs")
+        replace_folder(staged, out)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    if not quiet:  # export_model has printed the validation report
+        print(f"shipped {checkpoint} -> {out} ({precision}, {size:,} bytes)", file=sys.stderr)
+    return out
+
+
+def replace_folder(staged: Path, out: Path) -> None:
+    """Rename `staged` to `out`; an existing `out` is moved aside first and removed after."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(staged, out)
+    except OSError:
+        if old.exists():
+            os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m unmask.export.ship_default", description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoint", help="HF-layout LLaDA checkpoint folder trained on unmask.tasks")
+    parser.add_argument("--out", type=Path, default=SOURCE_DEFAULT,
+                        help=f"destination package folder [default: {SOURCE_DEFAULT}, from the checkout's root]")
+    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "int8", "int4"))
+    parser.add_argument("--check", type=int, default=CHECK_EXAMPLES, metavar="N",
+                        help=f"held-out examples that must be >= {MIN_ACCURACY:.0%} right (0: no check)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.out == SOURCE_DEFAULT and not Path("runtime", "manifest.py").is_file():
+        parser.error(f"{Path.cwd()} is not an unmask checkout (no runtime/manifest.py); "
+                     "run from its root or pass --out")
+    try:
+        ship(args.checkpoint, args.out, precision=args.precision, check=args.check, quiet=args.quiet)
+    except UnmaskError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""`unmask eval [PKG]`: exact-match accuracy on the held-out tasks (runtime/evaluate.py does the work)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .. import evaluate as evaluation
+from .options import (as_overrides, check_model_path, describe, echo_err, generation_options, ineffective,
+                      model_label, open_model, pop_overrides)
+
+EXAMPLES = """\b
+Examples:
+  unmask eval                                   # the embedded model, 100 held-out examples
+  unmask eval --family tool_call --limit 40 --threshold 0.9 --cache dual
+  unmask eval ./my-int4 --cache none --steps 40 --json > eval.json
+"""
+
+
+def _families(values: tuple[str, ...]) -> list[str]:
+    """--family a --family b, or --family a,b."""
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+@click.command("eval", epilog=EXAMPLES)
+@click.argument("package", required=False, type=click.Path(path_type=Path))
+@click.option("--family", "families", multiple=True, metavar="NAME",
+              help="Task family to evaluate (repeat, or a comma list) [default: every family the package declares].")
+@click.option("--limit", type=click.IntRange(min=1), default=evaluation.DEFAULT_LIMIT, show_default=True,
+              help="Held-out examples in all, spread evenly over the families.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores, settings and costs as one JSON document.")
+@click.option("--answers", is_flag=True, help="With --json: also list every prompt, answer and prediction.")
+@generation_options
+def command(package, families, limit, as_json, answers, device, threads, verbose, **flags):
+    """Score a package by exact match on held-out examples of the tasks it was trained on.
+
+    PKG is a package folder with a tasks.json naming its task families; without it
+    the embedded model is evaluated. Each family reports its accuracy, tokens per
+    forward pass and tokens per second, then the overall row. Every generation
+    setting has a flag (--threshold 0.9, --cache none, ...); the generation length
+    defaults to the one the tasks were trained with (tasks.json), in one block.
+    """
+    overrides = pop_overrides(flags)
+    if answers and not as_json:
+        raise click.UsageError("--answers adds the predictions to the --json document; add --json")
+    if package is not None:  # say what is missing before building a session
+        check_model_path(package)
+        evaluation.read_task_spec(package)
+    loaded = open_model(package, device, threads)
+    spec = evaluation.read_task_spec(loaded.package.folder)
+    chosen = evaluation.choose_families(spec, _families(families))
+    config = _prepare(loaded, spec, overrides, verbose=verbose)
+    progress = _progress if sys.stderr.isatty() and not as_json else None
+    report = evaluation.evaluate(loaded, families=chosen, limit=limit, on_answer=progress, **as_overrides(config))
+    if progress is not None:
+        echo_err("")
+    if as_json:
+        click.echo(json.dumps(report.to_dict(answers=answers), indent=2))
+        return
+    click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples, "
+               f"{_settings_line(report.config)}")
+    click.echo(evaluation.format_table(report))
+
+
+def _prepare(model, spec: evaluation.TaskSpec, overrides: dict, *, verbose: bool):
+    """options.prepare, with the tasks' generation length counted as a package default."""
+    config = evaluation.eval_config(model, spec, **overrides)
+    for note in ineffective(config, overrides, architecture=model.manifest.architecture,
+                            cache_reuse=model.cache_reuse):
+        echo_err(f"note: {note}")
+    if verbose:
+        echo_err(f"model: {model_label(model)}")
+        echo_err(f"settings (gen_length from {evaluation.TASKS_FILE}, in one block):")
+        defaults = {**model.manifest.generation, "gen_length": spec.gen_length, "block_length": None}
+        echo_err(describe(config, defaults, overrides))
+    return config
+
+
+def _progress(answer, index: int, count: int) -> None:
+    click.echo(f"\r  {index + 1}/{count}", nl=False, err=True)
+
+
+def _settings_line(config) -> str:
+    rule = f"threshold {config.threshold}" if config.threshold is not None else (
+        f"factor {config.factor}" if config.factor is not None else f"steps {config.resolved_steps}")
+    return (f"{config.algorithm}, gen_length {config.gen_length}, block {config.resolved_block_length}, "
+            f"{rule}, cache {config.cache}")
