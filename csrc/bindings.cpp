@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "numpy_io.h"
+#include "row_pass.h"
 
 namespace py = pybind11;
 using namespace unmask;
@@ -81,4 +82,5 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("score", &py_io::score, py::arg("params"), py::arg("logits"), py::arg("step") = 0, py::arg("threads") = 1);
     m.def("dream_timesteps", &py_io::timesteps, py::arg("steps"), py::arg("eps"));
+    m.def("row_pass_isa", &row_pass_isa);
 }

@@ -152,3 +152,8 @@ def score(
 
 def dream_timesteps(steps: int, eps: float) -> npt.NDArray[np.float32]:
     """torch.linspace(1, eps, steps + 1) with torch's float32 arithmetic."""
+
+
+def row_pass_isa() -> str:
+    """The scoring kernel this process uses: "avx512", "avx2" or "portable" (UNMASK_SIMD caps it)."""
+    ...
