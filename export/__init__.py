@@ -6,7 +6,7 @@
 Importing this package is cheap: onnx, onnxruntime and numpy load on first use.
 """
 
-from importlib import import_module
+from .._lazy import lazy_getattr
 
 _LAZY = {
     "export_model": ".package",
@@ -16,13 +16,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'unmask.export' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = list(_LAZY)

@@ -7,9 +7,9 @@
 Heavy submodules load on first use, so `import unmask` stays cheap.
 """
 
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version as _dist_version
 
+from ._lazy import lazy_getattr
 from .config import GenerationConfig
 from .errors import ConfigError, DeviceError, ModelFormatError, UnmaskError
 
@@ -29,13 +29,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'unmask' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
