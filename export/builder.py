@@ -5,7 +5,10 @@
     logits = head(rmsnorm(h[:, logits_index]))
 
 The residual stream is kept 2-D [B*W, D] so every projection is one Gemm/MatMulNBits;
-attention sees [B, H, W, D]. Keys are cached post-RoPE, and attention is bidirectional, so
+attention sees [B, H, W, D]. Projections that read the same input are fused (ExportConfig.
+fuse_projections): q/k/v become one [D, (H + 2 Hkv) hd] product and gate/up one [D, 2F],
+split afterwards, because a window step multiplies only ~32 rows and few wide products
+keep the cores busier than many narrow ones. Keys are cached post-RoPE, and attention is bidirectional, so
 the past K/V of any positions can simply be concatenated with the window's.
 
 Family subclasses (families.py) override the named hooks only: config parsing, weight
@@ -117,6 +120,37 @@ class GraphBuilder:
         return emit_linear(self.em, name, x, self.reader(weight), shape, weight_format(role, self.config), b,
                            act_dtype=self.dtype)
 
+    def linears(self, name: str, x: str, parts: dict[str, tuple[str, str | None]]) -> list[str]:
+        """x W_i^T (+ b_i) for several weights {part: (weight, bias)} of the same input.
+
+        Fused: the weights are stacked row-wise into one [sum N_i, K] matrix (streamed part by
+        part, so no copy of the whole stack is held), multiplied once and split on the last axis.
+        Per-output-channel int8 scales and K-blocked int4 scales are per row, so stacking
+        changes no quantized value."""
+        if not self.config.fuse_projections:
+            return [self.linear(f"{name}/{part}", x, w, bias=b) for part, (w, b) in parts.items()]
+        weights = [w for w, _ in parts.values()]
+        sizes = [self.tensors.info(w).shape[0] for w in weights]
+        k = self.tensors.info(weights[0]).shape[1]
+        readers = [self.reader(w) for w in weights]
+        offsets = np.cumsum([0] + sizes)
+
+        def read(start: int, stop: int) -> np.ndarray:
+            pieces = []
+            for i, part_reader in enumerate(readers):
+                lo, hi = max(start, offsets[i]), min(stop, offsets[i + 1])
+                if lo < hi:
+                    pieces.append(part_reader(int(lo - offsets[i]), int(hi - offsets[i])))
+            return np.concatenate(pieces, axis=0)
+
+        bias = None
+        if any(b is not None for _, b in parts.values()):
+            bias = np.concatenate([self.read(b) if b is not None else np.zeros(n, np.float32)
+                                   for (_, b), n in zip(parts.values(), sizes)])
+        fused = emit_linear(self.em, f"{name}/{'_'.join(parts)}", x, read, (int(offsets[-1]), k),
+                            weight_format(Role.LAYER, self.config), bias, act_dtype=self.dtype)
+        return self.em.make_split(f"{name}/{'_'.join(parts)}/Split", fused, sizes, axis=-1)
+
     # ------------------------------------------------------------------ the graph
     def build(self, em: Emitter) -> None:
         self.em, s = em, self.spec
@@ -186,8 +220,7 @@ class GraphBuilder:
     def mlp(self, i: int, x: str) -> str:
         """(silu(x Wgate^T) * (x Wup^T)) Wdown^T."""
         em, n = self.em, self.layer_names(i)
-        gate = self.linear(f"layers.{i}/mlp/gate", x, n.gate)
-        up = self.linear(f"layers.{i}/mlp/up", x, n.up)
+        gate, up = self.linears(f"layers.{i}/mlp", x, {"gate": (n.gate, None), "up": (n.up, None)})
         silu = em.make_mul(f"layers.{i}/mlp/silu", gate, em.make_sigmoid(f"layers.{i}/mlp/Sigmoid", gate))
         return self.linear(f"layers.{i}/mlp/down", em.make_mul(f"layers.{i}/mlp/gated", silu, up), n.down)
 
@@ -195,9 +228,7 @@ class GraphBuilder:
         """softmax(q k^T / sqrt(hd)) v over past + window keys (no causal mask); writes present_*.{i}."""
         em, s, n = self.em, self.spec, self.layer_names(i)
         name = f"layers.{i}/attn"
-        q = self.linear(f"{name}/q", x, n.q, bias=n.q_bias)
-        k = self.linear(f"{name}/k", x, n.k, bias=n.k_bias)
-        v = self.linear(f"{name}/v", x, n.v, bias=n.v_bias)
+        q, k, v = self.linears(name, x, {"q": (n.q, n.q_bias), "k": (n.k, n.k_bias), "v": (n.v, n.v_bias)})
         q = self.rope(f"{name}/rope_q", em.make_reshape(f"{name}/q_heads", q, self.shape_q), cos, sin)  # [B,W,H,hd]
         k = self.rope(f"{name}/rope_k", em.make_reshape(f"{name}/k_heads", k, self.shape_kv), cos, sin)
         v = em.make_reshape(f"{name}/v_heads", v, self.shape_kv)

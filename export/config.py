@@ -42,6 +42,7 @@ class ExportConfig:
     block_size: int = 32  # int4: weights per quantization block along K
     accuracy_level: int | None = None  # int4 MatMulNBits compute type; None -> 4 (int8 compute) on CPU, 0 elsewhere
     attention: str = "auto"  # attention kernel; auto -> the measured best for the target
+    fuse_projections: bool = True  # one q/k/v product and one gate/up product per layer (bench_cache --no-fuse)
     validate: bool = True  # run the exported graph on probe inputs against the fp32 graph
     reference: str | None = None  # "torch": also compare with the PyTorch reference forward
     force: bool = False  # replace an existing output folder

@@ -79,6 +79,22 @@ class TestAgainstReference:
             want = reference(torch.from_numpy(ids), position_ids=torch.from_numpy(_positions(ids, 5))).numpy()
         assert np.abs(logits - want[:, [0, 19, 4]]).max() <= 1e-4
 
+    @pytest.mark.parametrize("precision", ["fp32", "int8"])
+    def test_fused_projections_match_separate_ones(self, checkpoint, tmp_path, precision):
+        """One stacked q/k/v and gate/up product per layer, split afterwards: the same logits as
+        three and two separate products (GQA widths and q/k/v biases included)."""
+        fused, m = _export(checkpoint, tmp_path / "fused", precision=precision)
+        separate, _ = _export(checkpoint, tmp_path / "separate", precision=precision, fuse_projections=False)
+        ops = {name: [n.op_type for n in onnx.load(str(pkg / "model.onnx")).graph.node if n.name.startswith(
+            "layers.0/") and n.op_type in ("Gemm", "MatMulInteger")] for name, pkg in (("f", fused), ("s", separate))}
+        assert (len(ops["f"]), len(ops["s"])) == (4, 7)  # q_k_v, o, gate_up, down against q, k, v, o, gate, up, down
+        ids = np.random.default_rng(11).integers(0, m.dims.vocab_size, (2, 30))
+        a, kv_a = Runner(fused, m)(ids, _positions(ids))
+        b, kv_b = Runner(separate, m)(ids, _positions(ids))
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+        for name in kv_a:
+            np.testing.assert_allclose(kv_a[name], kv_b[name], atol=1e-5, rtol=0)
+
 
 @pytest.fixture(scope="module")
 def package(checkpoint, tmp_path_factory):

@@ -93,9 +93,11 @@ def test_int4_uses_matmulnbits_and_keeps_head_at_8_bits(trained, tmp_path):
     export_model(folder, tmp_path / "pkg", precision="int4", quiet=True, validate=False)
     model = onnx.load(str(tmp_path / "pkg" / "model.onnx"))
     nbits = {n.name: {a.name: a.i for a in n.attribute} for n in model.graph.node if n.op_type == "MatMulNBits"}
-    assert len(nbits) == 2 * 7 + 1
+    assert len(nbits) == 2 * 4 + 1  # per layer: fused q/k/v, o, fused gate/up, down
     assert nbits["head/MatMulNBits"]["bits"] == 8
-    layer = nbits["layers.0/mlp/up/MatMulNBits"]
+    layer = nbits["layers.0/mlp/gate_up/MatMulNBits"]
     assert (layer["bits"], layer["block_size"], layer["accuracy_level"]) == (4, 32, 4)
+    assert (layer["K"], layer["N"]) == (64, 2 * 96)  # gate and up stacked: one product
+    assert (nbits["layers.0/attn/q_k_v/MatMulNBits"]["N"], nbits["layers.0/attn/o/MatMulNBits"]["N"]) == (3 * 64, 64)
     embed = next(t for t in model.graph.initializer if t.name == "embed.weight")
     assert embed.data_type == onnx.TensorProto.FLOAT16
