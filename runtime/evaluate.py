@@ -6,9 +6,11 @@ its manifest (the embedded model has one):
     {"generator": "unmask.tasks", "families": ["tool_call", "arithmetic", ...], "gen_length": 40}
 
 `evaluate` draws held-out examples from unmask.tasks (deterministic, never seen in
-training), asks each one as a single user turn through the package's chat template,
-and scores the answers by exact match, per family and overall, together with what the
-decoding cost: tokens per forward pass and tokens per second.
+training), asks each one as a single user turn through the package's chat template
+(or, with follow_up=N, as the last turn of a chat after N earlier answered held-out
+questions, as `unmask chat` asks a follow-up), and scores the answers by exact match,
+per family and overall, together with what the decoding cost: tokens per forward pass
+and tokens per second.
 
     from unmask.evaluate import evaluate
     report = evaluate(None, limit=50, threshold=0.9)     # the embedded model
@@ -197,18 +199,22 @@ def eval_config(model, spec: TaskSpec, config: GenerationConfig | None = None, *
 
 def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = DEFAULT_LIMIT,
              config: GenerationConfig | None = None, device: str = "auto", threads: int | None = None,
-             on_answer=None, **overrides: Any) -> EvalReport:
+             on_answer=None, follow_up: int = 0, **overrides: Any) -> EvalReport:
     """Exact match of `model` on `limit` held-out examples of its task families.
 
     `model`: a loaded unmask.Model, a package folder, or None for the embedded model.
     `families`: a subset of those the package declares (default: all). Settings: see the
     module doc; `config` is taken as complete, overrides are GenerationConfig fields.
     `on_answer(answer, index, count)` is called after every example (progress display).
+    `follow_up`: earlier turns before each question (the next held-out examples of the run,
+    any family, with their correct answers as the assistant's replies); 0 = single turn.
     Raises ModelFormatError when the package has no tasks.json, ConfigError on unknown
     families, a bad limit or bad settings.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ConfigError(f"limit must be a positive integer, got {limit!r}")
+    if isinstance(follow_up, bool) or not isinstance(follow_up, int) or not 0 <= follow_up <= 8:
+        raise ConfigError(f"follow_up is the number of earlier chat turns, 0 to 8; got {follow_up!r}")
     if model is None or isinstance(model, (str, os.PathLike)):
         from .model import load
 
@@ -219,9 +225,13 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
     chosen = choose_families(spec, families)
     cfg = eval_config(model, spec, config, **overrides)
     examples = tasks.make_examples("heldout", limit, families=chosen)
+    earlier = tasks.make_examples("heldout", max(limit, follow_up + 1), seed=1) if follow_up else []
     answers = []
     for index, example in enumerate(examples):
-        result = model.generate(example.prompt, config=cfg)
+        turns = [earlier[(index + k) % len(earlier)] for k in range(follow_up)]
+        messages = [{"role": role, "content": text} for ex in turns
+                    for role, text in (("user", ex.prompt), ("assistant", ex.answer))]
+        result = model.generate(messages=messages + [{"role": "user", "content": example.prompt}], config=cfg)
         stats = result.stats
         answer = Answer(example.family, example.prompt, example.answer, result.text,
                         tasks.exact_match(result.text, example.answer), stats.nfe, stats.tokens, stats.total_seconds)

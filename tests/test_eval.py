@@ -123,6 +123,30 @@ class TestEvaluate:
             assert a.correct == tasks.exact_match(a.prediction, a.answer)
             assert 1 <= a.nfe <= tasks.GEN_LENGTH
 
+    def test_follow_up_asks_after_earlier_answered_turns(self, embedded, monkeypatch):
+        seen = []
+        real = embedded.generate
+
+        def spy(prompt=None, *, messages=None, **kwargs):
+            seen.append(messages)
+            return real(prompt, messages=messages, **kwargs)
+
+        monkeypatch.setattr(embedded, "generate", spy)
+        report = evaluate(embedded, families=["units"], limit=3, follow_up=2, cache="dual", threshold=0.9)
+        assert report.overall.examples == 3 and len(seen) == 3
+        heldout = {ex.prompt: ex.answer for ex in tasks.make_examples("heldout", 3, seed=1)}
+        for messages, answer in zip(seen, report.answers):
+            assert [m["role"] for m in messages] == ["user", "assistant"] * 2 + ["user"]
+            assert messages[-1]["content"] == answer.prompt
+            for question, reply in zip(messages[0:4:2], messages[1:4:2]):
+                assert heldout[question["content"]] == reply["content"]  # earlier turns answered correctly
+        assert seen[0][0] != seen[1][0]  # each question gets its own history
+
+    @pytest.mark.parametrize("follow_up", [-1, 9, 1.5, True])
+    def test_bad_follow_up(self, embedded, follow_up):
+        with pytest.raises(unmask.ConfigError, match="follow_up"):
+            evaluate(embedded, limit=1, follow_up=follow_up)
+
     def test_baseline_commits_one_token_per_forward(self, embedded):
         report = evaluate(embedded, families=["arithmetic"], limit=2, cache="none")
         assert report.overall.nfe == 2 * tasks.GEN_LENGTH

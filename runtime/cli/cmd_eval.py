@@ -17,6 +17,7 @@ Examples:
   unmask eval                                   # the embedded model, 100 held-out examples
   unmask eval --family tool_call --limit 40 --threshold 0.9 --cache dual
   unmask eval ./my-int4 --cache none --steps 40 --json > eval.json
+  unmask eval --follow-up 2                     # each question after two earlier chat turns
 """
 
 
@@ -33,8 +34,10 @@ def _families(values: tuple[str, ...]) -> list[str]:
               help="Held-out examples in all, spread evenly over the families.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores, settings and costs as one JSON document.")
 @click.option("--answers", is_flag=True, help="With --json: also list every prompt, answer and prediction.")
+@click.option("--follow-up", type=click.IntRange(0, 8), default=0, show_default=True, metavar="N",
+              help="Ask each question after N earlier answered chat turns, as a follow-up in `unmask chat`.")
 @generation_options
-def command(package, families, limit, as_json, answers, device, threads, verbose, **flags):
+def command(package, families, limit, as_json, answers, follow_up, device, threads, verbose, **flags):
     """Score a package by exact match on held-out examples of the tasks it was trained on.
 
     PKG is a package folder with a tasks.json naming its task families; without it
@@ -54,7 +57,8 @@ def command(package, families, limit, as_json, answers, device, threads, verbose
     chosen = evaluation.choose_families(spec, _families(families))
     config = _prepare(loaded, spec, overrides, verbose=verbose)
     progress = _progress if sys.stderr.isatty() and not as_json else None
-    report = evaluation.evaluate(loaded, families=chosen, limit=limit, on_answer=progress, **as_overrides(config))
+    report = evaluation.evaluate(loaded, families=chosen, limit=limit, on_answer=progress, follow_up=follow_up,
+                                 **as_overrides(config))
     if progress is not None:
         echo_err("")
     if as_json:
