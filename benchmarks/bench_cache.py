@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cache.py                       # both presets, fp32 and int8
     python benchmarks/bench_cache.py --preset 58m --precision fp32
+    python benchmarks/bench_cache.py --preset 58m --graph fused,separate   # q/k/v, gate/up fusion on/off
 
 Each preset is a random LLaDA checkpoint (unmask.export.testing) exported with
 unmask.export.export_model; prompt 128 random tokens, gen_length 256, block 32, a fixed
@@ -63,14 +64,15 @@ def step_flops(dims: dict, window: int, past: int, rows: int) -> float:
     return layers * (2 * window * linear + 2 * attention) + 2 * rows * d * vocab
 
 
-def build(preset: str, precision: str, root: Path) -> Path:
+def build(preset: str, precision: str, graph: str, root: Path) -> Path:
     checkpoint = root / f"{preset}-checkpoint"
     if not checkpoint.exists():
         make_llada_checkpoint(checkpoint, max_sequence_length=4096, tokenizer_vocab=320, seed=0,
                               **PRESETS[preset]["dims"])
-    package = root / f"{preset}-{precision}"
+    package = root / f"{preset}-{precision}-{graph}"
     if not package.exists():
-        export_model(checkpoint, package, precision, quiet=True, validate=False)
+        export_model(checkpoint, package, precision, quiet=True, validate=False,
+                     fuse_projections=graph == "fused")
     return package
 
 
@@ -94,12 +96,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=[*PRESETS, "all"], default="all")
     parser.add_argument("--precision", default="fp32,int8", help="comma-separated: fp32,int8")
+    parser.add_argument("--graph", default="fused", help="comma-separated: fused (one q/k/v and one gate/up "
+                        "product per layer, the export default), separate")
     parser.add_argument("--steps", type=int, default=None, help="override the preset's fixed step count")
     parser.add_argument("--threads", type=int, default=None, help="ORT threads (default: physical cores)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep checkpoints/packages here (reused)")
     args = parser.parse_args()
     presets = list(PRESETS) if args.preset == "all" else [args.preset]
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    graphs = [g.strip() for g in args.graph.split(",") if g.strip()]
+    if not graphs or set(graphs) - {"fused", "separate"}:
+        parser.error(f"--graph takes fused and/or separate, got {args.graph!r}")
 
     with tempfile.TemporaryDirectory(prefix="bench_cache_") as tmp:
         root = args.workdir or Path(tmp)
@@ -109,7 +116,7 @@ def main() -> None:
         load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
         print(f"prompt {PROMPT}, gen_length {GEN}, block_length {BLOCK}, early_stop off, temperature 0; "
               f"{os.cpu_count()} CPUs{load}\n")
-        header = (f"| preset | precision | steps | cache | tok/s | vs none | host share | "
+        header = (f"| preset | precision | graph | steps | cache | tok/s | vs none | host share | "
                   f"full GFLOP/s | refresh GFLOP/s | window GFLOP/s | window % of GEMM |")
         print(header)
         print("|" + "---|" * (header.count("|") - 1))
@@ -117,8 +124,8 @@ def main() -> None:
             dims = PRESETS[preset]["dims"]
             steps = args.steps or PRESETS[preset]["steps"]
             prompt = np.random.default_rng(0).integers(0, 300, size=PROMPT).astype(np.int64)
-            for precision in precisions:
-                model = unmask.load(build(preset, precision, root), device="cpu", threads=args.threads)
+            for precision, graph in ((p, g) for p in precisions for g in graphs):
+                model = unmask.load(build(preset, precision, graph, root), device="cpu", threads=args.threads)
                 model.generate(prompt_ids=prompt, gen_length=BLOCK, block_length=BLOCK, steps=4, cache="dual",
                                early_stop=False)  # warm-up: first-run allocations
                 base = None
@@ -129,7 +136,7 @@ def main() -> None:
                     rates = kind_rates(stats, dims)
                     cell = {k: f"{rates[k]:.1f}" if k in rates else "-" for k in ("full", "refresh", "window")}
                     share = f"{100 * rates['window'] / gemm:.0f} %" if "window" in rates else "-"
-                    print(f"| {preset} | {precision} | {steps} | {cache} | {rate:.2f} | {rate / base:.2f}x | "
+                    print(f"| {preset} | {precision} | {graph} | {steps} | {cache} | {rate:.2f} | {rate / base:.2f}x | "
                           f"{100 * stats.host_share:.1f} % | {cell['full']} | {cell['refresh']} | {cell['window']} "
                           f"| {share} |", flush=True)
                 del model
