@@ -48,9 +48,13 @@ class Example:
     answer: str  # the one exact answer
 
 
-def chat_prompt(user_text: str) -> str:
-    """The user turn plus the assistant header: what CHAT_TEMPLATE renders with add_generation_prompt."""
-    return f"{BOS}{START_HEADER}user{END_HEADER}\n\n{user_text.strip()}{EOT}{START_HEADER}assistant{END_HEADER}\n\n"
+def chat_prompt(user_text: str, history: Sequence[tuple[str, str]] = ()) -> str:
+    """Earlier (user, assistant) turns, the user turn and the assistant header: what CHAT_TEMPLATE
+    renders with add_generation_prompt, as `unmask chat` sends it on a later turn."""
+    turns = "".join(f"{START_HEADER}{role}{END_HEADER}\n\n{text.strip()}{EOT}"
+                    for user, reply in history for role, text in (("user", user), ("assistant", reply)))
+    return (f"{BOS}{turns}{START_HEADER}user{END_HEADER}\n\n{user_text.strip()}{EOT}"
+            f"{START_HEADER}assistant{END_HEADER}\n\n")
 
 
 def normalize(text: str) -> str:

@@ -79,6 +79,16 @@ class TestChatFormat:
         assert rendered == tasks.chat_prompt("What is 2 + 2?")
         assert rendered.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
+    def test_chat_prompt_with_history_matches_template(self):
+        history = [(" Set a timer for 5 minutes. ", '{"name":"set_timer","arguments":{"minutes":5}}'),
+                   ("What is 2 + 2?", "4")]
+        messages = [{"role": r, "content": c} for u, a in history for r, c in (("user", u), ("assistant", a))]
+        rendered = jinja2.Template(tasks.CHAT_TEMPLATE).render(
+            messages=messages + [{"role": "user", "content": "Reverse: a, b"}], bos_token=tasks.BOS,
+            add_generation_prompt=True)
+        assert rendered == tasks.chat_prompt("Reverse: a, b", history)
+        assert rendered.count(tasks.BOS) == 1 and rendered.count(tasks.EOT) == 5
+
 
 class TestScoring:
     def test_exact_match_stops_at_end_tokens(self):

@@ -2,11 +2,13 @@
 
 import itertools
 import json
+import math
 
 import pytest
 import torch
 
 from unmask import tasks
+from unmask.export.safetensors_io import CheckpointTensors
 from unmask.export.reference import LladaModel, llada_config, load_reference
 from unmask.export.training.tokenizer import special_ids, train_tokenizer
 from unmask.export.training.train import (
@@ -15,6 +17,8 @@ from unmask.export.training.train import (
     add_noise,
     generate_low_confidence,
     main,
+    parse_family_weights,
+    resolve_precision,
     train,
 )
 
@@ -70,6 +74,44 @@ class TestBatches:
         assert masked.any() and torch.all(noisy[masked] == 2)
         assert t.shape == (16, 1) and bool(((t > 0) & (t <= 1)).all())
 
+    def test_noise_levels_are_stratified(self, tokenizer):
+        """One t per slice of [eps, 1): a batch of 16 always spans light and heavy masking."""
+        ids = torch.zeros((16, 40), dtype=torch.long)
+        for seed in range(5):
+            _, _, t = add_noise(ids, 8, 2, 0.1, torch.Generator().manual_seed(seed))
+            slots = torch.floor((t.squeeze(1) - 0.1) / 0.9 * 16).long()
+            assert sorted(slots.tolist()) == list(range(16))
+
+    def test_families_are_drawn_by_weight(self, tokenizer):
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="arithmetic=3,list=1"))
+        drawn = [ex.family for ex in batcher.draw(4000)]
+        assert set(drawn) == {"arithmetic", "list"}
+        assert 0.72 <= drawn.count("arithmetic") / len(drawn) <= 0.78
+
+    def test_length_grouping_cuts_padding(self, tokenizer):
+        def padding(buckets):
+            batcher = Batcher(tokenizer, TrainConfig(out="unused", length_buckets=buckets))
+            batches = [batcher.next(32) for _ in range(16)]
+            assert all(b[0].shape[0] == 32 for b in batches)
+            return sum(int((~attention).sum()) for _, _, attention in batches)
+        assert padding(16) < 0.5 * padding(1)
+
+    def test_some_prompts_follow_earlier_turns(self, tokenizer):
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, length_buckets=1))
+        ids = special_ids(tokenizer)
+        ids_batch, _, _ = batcher.next(64)
+        headers = (ids_batch[:, :-tasks.GEN_LENGTH] == ids["eot"]).sum(1)  # one <|eot_id|> per finished message
+        assert set(headers.tolist()) <= {1, 3, 5} and 1 in headers.tolist() and {3, 5} & set(headers.tolist())
+        assert 0.3 <= float((headers > 1).float().mean()) <= 0.7
+
+    @pytest.mark.parametrize("spec, message", [
+        ("poetry=2", "FAMILY=WEIGHT"), ("arithmetic", "FAMILY=WEIGHT"), ("list=lots", "not a number"),
+        ("list=-1", ">= 0"), ("list=0,units=0", "at least one"), ("units=inf", "finite"),
+    ])
+    def test_bad_family_weights(self, spec, message):
+        with pytest.raises(ValueError, match=message):
+            parse_family_weights(spec)
+
     def test_sampler_fills_every_mask(self, tokenizer):
         cfg = TrainConfig(out="unused", gen_length=8)
         batcher = Batcher(tokenizer, cfg)
@@ -102,6 +144,21 @@ class TestTrainSmoke:
         model = load_reference(out)
         assert isinstance(model, LladaModel)
         assert set(summary["heldout_exact_match"]) == set(tasks.FAMILIES) | {"overall"}
+
+    def test_bf16_autocast_trains_fp32_weights(self, tmp_path):
+        summary = train(TrainConfig(out=str(tmp_path / "bf16"), precision="bf16", **dict(TINY, max_steps=2)))
+        assert summary["precision"] == "bf16" and math.isfinite(summary["last_loss"])
+        tensors = CheckpointTensors(tmp_path / "bf16")
+        assert {info.dtype for info in tensors.tensors.values()} == {"F32"}  # master weights stay fp32
+
+    def test_bad_settings_fail_before_the_folder_is_made(self, tmp_path, capsys):
+        out = tmp_path / "model"
+        assert main(["--out", str(out), "--family-weights", "arithmetic=x"]) == 2
+        assert main(["--out", str(out), "--precision", "fp8"]) == 2
+        err = capsys.readouterr().err
+        assert "not a number" in err and "auto, bf16 or fp32" in err
+        assert not out.exists()
+        assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 
     def test_refuses_existing_folder_unless_overwrite(self, tmp_path, capsys):
         out = tmp_path / "model"

@@ -7,11 +7,19 @@ standard `unmask export` converts. Objective (LLaDA SFT): per example t ~ U(eps,
 each answer-region token (answer, <|eot_id|>, EOS padding to gen_length) is masked
 with probability t, the prompt never; loss = sum over masked of CE / t, divided by
 the region length. Every file is written to a temporary name and moved into place.
+
+Throughput on a 2-core CPU decides what the hour buys, so: families are drawn by
+weight (the hard ones more often), examples are grouped by length before batching
+(less padding), and the t of a batch are stratified over [eps, 1) (less loss variance).
+A share of the prompts follows earlier chat turns, so follow-up questions in `unmask
+chat` are answered. `--precision bf16` runs forward/backward under bf16 autocast
+(1.6x faster steps on this AVX512-BF16 CPU); the shipped recipe is fp32.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -34,7 +42,7 @@ from .tokenizer import save_tokenizer, special_ids, train_tokenizer
 class TrainConfig:
     out: str = ""  # output folder (HF layout); refused if it exists unless overwrite
     overwrite: bool = False  # reuse an existing output folder
-    minutes: float = 52.0  # wall-clock budget for the optimisation loop (the LR schedule spans it)
+    minutes: float = 55.0  # wall-clock budget for the optimisation loop (the LR schedule spans it)
     max_steps: int | None = None  # stop earlier after this many steps (smoke tests)
     seed: int = 0  # data order, masking and init
     threads: int = 2  # torch intra-op threads
@@ -45,7 +53,13 @@ class TrainConfig:
     mlp_hidden_size: int = 512
     vocab_size: int = 1024  # BPE target; the model uses the tokenizer's real size
     tokenizer_examples: int = 20000  # generator examples the BPE is trained on
+    # data: how often each family is drawn (relative), and how many batches are drawn at once
+    # and grouped by length (1 = no grouping)
+    family_weights: str = "tool_call=1,arithmetic=1.5,list=1.5,units=1,extract=1"
+    length_buckets: int = 16
+    history_rate: float = 0.15  # share of examples asked after 1-2 earlier chat turns (follow-ups in `unmask chat`)
     # optimisation
+    precision: str = "fp32"  # fp32 | bf16 (autocast, ~1.6x faster steps here) | auto (bf16 where the CPU has it)
     batch_size: int = 64
     lr: float = 2e-3
     min_lr_ratio: float = 0.1  # cosine decay to lr * this at the end of the budget
@@ -63,13 +77,42 @@ class TrainConfig:
 # ---------------------------------------------------------------------- batches
 
 
+def parse_family_weights(spec: str) -> dict[str, float]:
+    """"tool_call=1,arithmetic=3" -> {family: weight}; families left out are not drawn."""
+    weights: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        family, sep, value = item.partition("=")
+        family = family.strip()
+        if family not in tasks.FAMILIES or not sep:
+            raise ValueError(f"bad family weight {item!r}: write FAMILY=WEIGHT with FAMILY one of "
+                             f"{', '.join(tasks.FAMILIES)}")
+        try:
+            weights[family] = float(value)
+        except ValueError:
+            raise ValueError(f"bad family weight {item!r}: {value!r} is not a number") from None
+        if not weights[family] >= 0 or math.isinf(weights[family]):
+            raise ValueError(f"bad family weight {item!r}: weights are finite and >= 0")
+    if not any(weights.values()):
+        raise ValueError(f"family weights {spec!r} draw nothing: give at least one family a weight > 0")
+    return weights
+
+
 class Batcher:
-    """Tokenized training examples -> padded tensors (left padding, so answers end together)."""
+    """Tokenized training examples -> padded tensors (left padding, so answers end together).
+
+    Training batches come from a pool of `length_buckets` batches drawn at once (families
+    by weight), sorted by length and cut into batches served in shuffled order, so a
+    batch of short arithmetic prompts is not padded to the long extraction prompts.
+    """
 
     def __init__(self, tokenizer, cfg: TrainConfig):
         self.tok, self.cfg = tokenizer, cfg
         self.ids = special_ids(tokenizer)
-        self.stream = tasks.iter_examples("train", cfg.seed)
+        weights = {f: w for f, w in parse_family_weights(cfg.family_weights).items() if w > 0}
+        self.families, self.weights = list(weights), list(weights.values())
+        self.streams = {f: tasks.iter_examples("train", cfg.seed, [f]) for f in self.families}
+        self.rng = random.Random(cfg.seed)
+        self.pending: list[list[list[int]]] = []
         self._cache: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
@@ -102,17 +145,37 @@ class Batcher:
         positions = (attention.long().cumsum(1) - 1).clamp(min=0)
         return ids, positions, attention
 
+    def draw(self, count: int) -> list[tasks.Example]:
+        """`count` training examples, each family drawn with probability proportional to its weight."""
+        return [next(self.streams[f]) for f in self.rng.choices(self.families, self.weights, k=count)]
+
+    def prompt(self, example: tasks.Example) -> list[int]:
+        """The chat prompt of a training example; with probability history_rate it follows 1-2
+        earlier (answered) turns, so the model learns to answer the last question only."""
+        history = ()
+        if self.cfg.history_rate > 0 and self.rng.random() < self.cfg.history_rate:
+            history = tuple((ex.prompt, ex.answer) for ex in self.draw(self.rng.randint(1, 2)))
+        text = tasks.chat_prompt(example.prompt, history)
+        return self.encode(text) if not history else self.tok.encode(text, add_special_tokens=False).ids
+
     def next(self, batch_size: int):
-        examples = list(itertools.islice(self.stream, batch_size))
-        rows = [self.encode(tasks.chat_prompt(ex.prompt)) + self.region(ex.answer) for ex in examples]
-        return self._pad(rows)
+        if not self.pending:
+            pool = self.draw(batch_size * max(1, self.cfg.length_buckets))
+            rows = sorted((self.prompt(ex) + self.region(ex.answer) for ex in pool), key=len)
+            self.pending = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+            self.rng.shuffle(self.pending)
+        return self._pad(self.pending.pop())
 
 
 def add_noise(ids: torch.Tensor, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
     """Forward process: t ~ U(eps, 1) per row; each of the last gen_length tokens becomes mask_id
-    with probability t. The prompt (everything before the region) is never masked."""
+    with probability t. The prompt (everything before the region) is never masked.
+
+    The rows' t are stratified (one per slice [i/B, (i+1)/B) of [0, 1), shared offset, shuffled):
+    each t is still uniform, but a batch always spans light and heavy masking."""
     B, L = ids.shape
-    t = eps + (1 - eps) * torch.rand(B, 1, generator=gen)
+    u = (torch.arange(B, dtype=torch.float32) + torch.rand(1, generator=gen)) / B
+    t = (eps + (1 - eps) * u[torch.randperm(B, generator=gen)]).unsqueeze(1)
     in_region = torch.zeros(B, L, dtype=torch.bool)
     in_region[:, L - gen_length:] = True
     masked = in_region & (torch.rand(B, L, generator=gen) < t)
@@ -175,6 +238,26 @@ def prepare_out_dir(cfg: TrainConfig) -> Path:
     return out
 
 
+def resolve_precision(precision: str) -> str:
+    """'auto' -> 'bf16' where the CPU has bf16 instructions (AVX512-BF16, AMX), else 'fp32'."""
+    if precision not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"unknown precision {precision!r}; choose auto, bf16 or fp32")
+    if precision != "auto":
+        return precision
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return "fp32"
+    return "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "fp32"
+
+
+def autocast(precision: str):
+    """Matmuls in bf16 with fp32 master weights, or nothing."""
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def learning_rate(cfg: TrainConfig, step: int, progress: float) -> float:
     warm = min(1.0, (step + 1) / cfg.warmup_steps)
     cosine = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
@@ -186,6 +269,10 @@ def log(message: str) -> None:
 
 
 def train(cfg: TrainConfig) -> dict:
+    precision = resolve_precision(cfg.precision)  # bad settings fail before the output folder exists
+    parse_family_weights(cfg.family_weights)
+    if not 0 <= cfg.history_rate <= 1:
+        raise ValueError(f"history_rate is a probability in [0, 1], got {cfg.history_rate}")
     out = prepare_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -203,7 +290,7 @@ def train(cfg: TrainConfig) -> dict:
     ))
     model.hf_config["bos_token_id"] = ids["bos"]
     log(f"model: {parameter_count(model):,} parameters, vocab {tokenizer.get_vocab_size()}, "
-        f"config {json.dumps(asdict(cfg))}")
+        f"{precision} training, config {json.dumps(asdict(cfg))}")
 
     batcher = Batcher(tokenizer, cfg)
     quick = tasks.make_examples("heldout", cfg.eval_per_family * len(tasks.FAMILIES), cfg.seed)
@@ -220,7 +307,8 @@ def train(cfg: TrainConfig) -> dict:
         lr = learning_rate(cfg, step, elapsed / budget)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss = diffusion_loss(model, *batcher.next(cfg.batch_size), cfg.gen_length, ids["mask"], cfg.mask_eps, gen)
+        with autocast(precision):
+            loss = diffusion_loss(model, *batcher.next(cfg.batch_size), cfg.gen_length, ids["mask"], cfg.mask_eps, gen)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -242,7 +330,7 @@ def train(cfg: TrainConfig) -> dict:
     summary = {"steps": step, "last_loss": loss.item() if step else None, "parameters": parameter_count(model),
                "heldout_exact_match": accuracy, "heldout_examples": len(final),
                "decoding": "low_confidence, steps = gen_length, temperature 0, cache none",
-               "gen_length": cfg.gen_length, "train_config": asdict(cfg)}
+               "gen_length": cfg.gen_length, "precision": precision, "train_config": asdict(cfg)}
     tmp = out / "training_summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, out / "training_summary.json")
@@ -263,6 +351,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
             parser.add_argument(flag, action="store_true")
         elif f.name == "out":
             parser.add_argument(flag, required=True)
+        elif isinstance(f.default, str):
+            parser.add_argument(flag, default=f.default)
         else:
             kind = float if isinstance(f.default, float) else int  # max_steps: int or None
             parser.add_argument(flag, type=kind, default=getattr(defaults, f.name))
@@ -273,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         train(cfg)
-    except FileExistsError as exc:
+    except (FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
