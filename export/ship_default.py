@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"destination package folder [default: {SOURCE_DEFAULT}, from the checkout's root]")
     parser.add_argument("--precision", default=PRECISION, choices=("fp32", "int8", "int4"))
     parser.add_argument("--check", type=int, default=CHECK_EXAMPLES, metavar="N",
-                        help=f"held-out examples that must be >= {MIN_ACCURACY:.0%} right (0: no check)")
+                        help=f"held-out examples that must be >= {MIN_ACCURACY * 100:.0f}%% right (0: no check)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.out == SOURCE_DEFAULT and not Path("runtime", "manifest.py").is_file():
