@@ -7,12 +7,12 @@ subclasses in `families.py`; this module holds what both share.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelFormatError
+from ..manifest import read_json_object
 
 
 @dataclass(frozen=True)
@@ -80,29 +80,24 @@ class TokenizerFiles:
         return None if token is None else self.special.get(token)
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file (config, tokenizer, tokenizer config): one JSON object."""
     if not path.is_file():
         raise ModelFormatError(f"{path}: missing")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path}: not readable JSON ({exc})") from exc
+    return read_json_object(path)
 
 
 def read_config(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise ModelFormatError(f"{folder}: not a folder")
-    config = read_json(folder / "config.json")
-    if not isinstance(config, dict):
-        raise ModelFormatError(f"{folder / 'config.json'}: expected a JSON object")
-    return config
+    return read_json(folder / "config.json")
 
 
 def read_tokenizer_files(folder: Path) -> TokenizerFiles:
     path = folder / "tokenizer.json"
     tok = read_json(path)
     special = {}
-    for entry in tok.get("added_tokens", []) if isinstance(tok, dict) else []:
+    for entry in tok.get("added_tokens", []):
         if isinstance(entry, dict) and isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
             special[entry["content"]] = entry["id"]
     cfg_path = folder / "tokenizer_config.json"

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 from . import tasks
 from .config import GenerationConfig
 from .errors import ConfigError, ModelFormatError
+from .manifest import read_json_object
 
 TASKS_FILE = "tasks.json"
 GENERATOR = "unmask.tasks"  # the only task generator this version knows
@@ -68,12 +69,7 @@ def read_task_spec(package_dir: str | os.PathLike) -> TaskSpec:
     path = folder / TASKS_FILE
     if not path.is_file():
         raise ModelFormatError(no_tasks_message(folder))
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path}: not readable JSON ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise ModelFormatError(f"{path}: expected a JSON object")
+    raw = read_json_object(path)
     generator = raw.get("generator")
     if generator != GENERATOR:
         raise ModelFormatError(f"{path}: generator {generator!r} is unknown; this unmask evaluates {GENERATOR!r}")

@@ -141,13 +141,19 @@ def read_manifest(package_dir: str | os.PathLike) -> Manifest:
     path = folder / MANIFEST_NAME if folder.is_dir() or not folder.suffix else folder
     if not path.is_file():
         raise ModelFormatError(f"{path}: not found (is {folder} an unmask model package?)")
+    return manifest_from_dict(read_json_object(path), source=str(path))
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object stored in `path`; ModelFormatError naming the file when it is unreadable,
+    not JSON, or not an object. Callers check existence themselves (their messages differ)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFormatError(f"{path}: not readable JSON ({exc})") from exc
     if not isinstance(raw, dict):
         raise ModelFormatError(f"{path}: expected a JSON object at the top level")
-    return manifest_from_dict(raw, source=str(path))
+    return raw
 
 
 def manifest_from_dict(raw: Mapping[str, Any], *, source: str = "manifest") -> Manifest:

@@ -121,6 +121,17 @@ class TestBadInput:
         (folder / "config.json").unlink()
         self._fails(folder, tmp_path, ModelFormatError, "config.json")
 
+    @pytest.mark.parametrize("name, text, match", [
+        ("config.json", "[1, 2]", "config.json: expected a JSON object"),
+        ("config.json", "{not json", "config.json: not readable JSON"),
+        ("tokenizer_config.json", '["chat_template"]', "tokenizer_config.json: expected a JSON object"),
+        ("tokenizer.json", '"tok"', "tokenizer.json: expected a JSON object"),
+    ])
+    def test_json_file_that_is_not_an_object(self, llada, tmp_path, name, text, match):
+        folder = _copy(llada, tmp_path / "hf")
+        (folder / name).write_text(text)
+        self._fails(folder, tmp_path, ModelFormatError, match)
+
     def test_missing_weights(self, llada, tmp_path):
         folder = _copy(llada, tmp_path / "hf")
         (folder / "model.safetensors").unlink()
