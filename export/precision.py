@@ -6,7 +6,12 @@ checkpoint in row chunks) and the nodes that multiply by it:
 
     float  Gemm(x, W[N,K], bias, transB=1)           fp32 / fp16, no transpose needed
     int8   DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (ORT's dynamic quantization
-           pattern, fused by ORT into DynamicQuantizeMatMul); per-output-channel symmetric weights
+           pattern, fused by ORT into DynamicQuantizeMatMul); per-output-channel symmetric 7-bit
+           weights (reduce range): on AVX2 CPUs without VNNI, MLAS multiplies uint8 activations by
+           int8 weights with vpmaddubsw, whose int16 pair sums saturate above 32767; 255 * 63 * 2
+           stays below it. Measured on such a CPU (tests/test_export_quant.py): 8-bit weights
+           KL 2.4e-3 to fp32, 7-bit 1.8e-4; uint8 weights (exact U8U8 kernel) 1.7e-4 but dual
+           cache 15 % slower (bench_cache --precision int8)
     nbits  com.microsoft MatMulNBits, blockwise symmetric, quantized by ORT's own kernels
 
 Embedding and LM head stay above the layers' precision in quantized packages: the embedding
@@ -25,6 +30,7 @@ import numpy as np
 from .config import ExportConfig
 from .emitter import Emitter
 
+INT8_WEIGHT_MAX = 63  # 7-bit weights: no int16 saturation in MLAS's AVX2 U8S8 kernel (see above)
 _CHUNK_BYTES = 64 << 20  # float32 bytes of one row chunk read from the checkpoint
 
 
@@ -94,8 +100,8 @@ def emit_linear(em: Emitter, name: str, x: str, read: RowReader, shape: tuple[in
 
 def _emit_dynamic_int8(em, name, x, read, shape, fmt):
     w = read(0, shape[0])  # one layer matrix at a time; transposed for MatMulInteger's [K, N]
-    scale = np.maximum(np.abs(w).max(axis=1), 1e-12) / 127.0
-    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    scale = np.maximum(np.abs(w).max(axis=1), 1e-12) / INT8_WEIGHT_MAX
+    q = np.clip(np.rint(w / scale[:, None]), -INT8_WEIGHT_MAX, INT8_WEIGHT_MAX).astype(np.int8)
     del w
     wq = em.weight(f"{name}.weight_quantized", np.ascontiguousarray(q.T))
     del q
