@@ -3,6 +3,7 @@
     python benchmarks/bench_cache.py                       # both presets, fp32 and int8
     python benchmarks/bench_cache.py --preset 58m --precision fp32
     python benchmarks/bench_cache.py --preset 58m --graph fused,separate   # q/k/v, gate/up fusion on/off
+    python benchmarks/bench_cache.py --preset 58m --graph fused,rope-ops   # RotaryEmbedding kernel vs ops
 
 Each preset is a random LLaDA checkpoint (unmask.export.testing) exported with
 unmask.export.export_model; prompt 128 random tokens, gen_length 256, block 32, a fixed
@@ -95,7 +96,7 @@ def build(preset: str, precision: str, graph: str, root: Path) -> Path:
     package = root / f"{preset}-{precision}-{graph}"
     if not package.exists():
         export_model(checkpoint, package, precision, quiet=True, validate=False,
-                     fuse_projections=graph == "fused")
+                     fuse_projections=graph != "separate", rope="ops" if graph == "rope-ops" else "auto")
     return package
 
 
@@ -119,8 +120,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=[*PRESETS, "all"], default="all")
     parser.add_argument("--precision", default="fp32,int8", help="comma-separated: fp32,int8")
-    parser.add_argument("--graph", default="fused", help="comma-separated: fused (one q/k/v and one gate/up "
-                        "product per layer, the export default), separate")
+    parser.add_argument("--graph", default="fused", help="comma-separated: fused (the export default: one q/k/v "
+                        "and one gate/up product per layer, RoPE as ORT's RotaryEmbedding kernel), separate "
+                        "(unfused projections), rope-ops (fused, RoPE as elementwise ops)")
     parser.add_argument("--steps", type=int, default=None, help="override the preset's fixed step count")
     parser.add_argument("--threads", type=int, default=None, help="ORT threads (default: physical cores)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep checkpoints/packages here (reused)")
@@ -128,8 +130,8 @@ def main() -> None:
     presets = list(PRESETS) if args.preset == "all" else [args.preset]
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
     graphs = [g.strip() for g in args.graph.split(",") if g.strip()]
-    if not graphs or set(graphs) - {"fused", "separate"}:
-        parser.error(f"--graph takes fused and/or separate, got {args.graph!r}")
+    if not graphs or set(graphs) - {"fused", "separate", "rope-ops"}:
+        parser.error(f"--graph takes fused, separate and/or rope-ops, got {args.graph!r}")
 
     with tempfile.TemporaryDirectory(prefix="bench_cache_") as tmp:
         root = args.workdir or Path(tmp)

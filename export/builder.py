@@ -163,7 +163,8 @@ class GraphBuilder:
         rows = em.add_input("logits_index", "int64", ["rows"])
         self.batch_window = em.make_shape("shape/bw", ids)  # [B, W]
         self.setup_attention(ids, past[0][0])
-        cos, sin = self.rope_angles(pos)
+        self.positions = pos
+        cos, sin = self.rope_tables(pos) if self.config.rope == "contrib" else self.rope_angles(pos)
         h = self.embed(ids)
         for i in range(s.num_layers):
             h = self.layer(i, h, cos, sin, *past[i])
@@ -210,6 +211,32 @@ class GraphBuilder:
             cos, sin = em.make_cast("rope/cos_act", cos, self.dtype), em.make_cast("rope/sin_act", sin, self.dtype)
         return cos, sin
 
+    def rope_tables(self, pos: str) -> tuple[str, str]:
+        """cos, sin caches [N, hd/2] of p * inv_freq for p = 0 .. max(position_ids), the tables
+        com.microsoft RotaryEmbedding looks position_ids up in (N grows with the sequence)."""
+        em, hd = self.em, self.spec.head_dim
+        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
+        count = em.make_add("rope/count", em.make("ReduceMax", "rope/max_position", [pos], keepdims=0),
+                            em.const(1))  # int64 scalar
+        table = em.make("Range", "rope/table_positions", [em.const(0), count, em.const(1)])  # [N]
+        p = em.make_unsqueeze("rope/table_column", em.make_cast("rope/table_fp32", table, "float32"), [-1])
+        angles = em.make_mul("rope/angles", p, em.const(inv_freq.astype(np.float32), "float32", "rope.inv_freq"))
+        cos, sin = em.make("Cos", "rope/Cos", [angles]), em.make("Sin", "rope/Sin", [angles])
+        if self.dtype != "float32":
+            cos, sin = em.make_cast("rope/cos_act", cos, self.dtype), em.make_cast("rope/sin_act", sin, self.dtype)
+        return cos, sin
+
+    def rotate(self, name: str, x: str, heads: int, shape: str, cos: str, sin: str) -> str:
+        """RoPE of a projection x [B*W, heads*hd] -> [B, W, heads, hd] (`shape`), by ExportConfig.rope:
+        one com.microsoft RotaryEmbedding (half-split, tables from rope_tables) or elementwise ops."""
+        em = self.em
+        if self.config.rope != "contrib":
+            return self.rope(name, em.make_reshape(f"{name}/heads", x, shape), cos, sin)
+        x3 = em.make_reshape(f"{name}/bsd", x, self.shape_bw_flat)
+        rotated = em.make("RotaryEmbedding", f"{name}/RotaryEmbedding", [x3, self.positions, cos, sin],
+                          domain="com.microsoft", interleaved=0, num_heads=heads)
+        return em.make_reshape(f"{name}/heads", rotated, shape)
+
     def rope(self, name: str, x: str, cos: str, sin: str) -> str:
         """Half-split rotation of x [B, W, H, hd]: [x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin]."""
         em, half = self.em, self.spec.head_dim // 2
@@ -230,8 +257,8 @@ class GraphBuilder:
         em, s, n = self.em, self.spec, self.layer_names(i)
         name = f"layers.{i}/attn"
         q, k, v = self.linears(name, x, {"q": (n.q, n.q_bias), "k": (n.k, n.k_bias), "v": (n.v, n.v_bias)})
-        q = self.rope(f"{name}/rope_q", em.make_reshape(f"{name}/q_heads", q, self.shape_q), cos, sin)  # [B,W,H,hd]
-        k = self.rope(f"{name}/rope_k", em.make_reshape(f"{name}/k_heads", k, self.shape_kv), cos, sin)
+        q = self.rotate(f"{name}/rope_q", q, s.num_heads, self.shape_q, cos, sin)  # [B, W, H, hd]
+        k = self.rotate(f"{name}/rope_k", k, s.num_kv_heads, self.shape_kv, cos, sin)
         v = em.make_reshape(f"{name}/v_heads", v, self.shape_kv)
         present_k, present_v = (  # [B, Hkv, W, hd], post-RoPE: the window's part of the cache
             em.add_output(em.make("Transpose", f"{name}/present_{t}", [x], perm=[0, 2, 1, 3],

@@ -15,6 +15,7 @@ from ..errors import ConfigError
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 TARGETS = ("cpu", "cuda", "dml", "coreml")
 ATTENTIONS = ("auto", "gqa", "mha", "attention23", "plain")
+ROPES = ("auto", "contrib", "ops")
 
 # Which precisions each target can run: int8 needs ORT's CPU integer kernels; CoreML runs
 # almost no contrib ops (MatMulNBits would fall back to CPU), so it gets float graphs only.
@@ -32,6 +33,12 @@ _TARGET_PRECISIONS = {
 # CoreML/DirectML: plain ops that every EP runs.
 _DEFAULT_ATTENTION = {"cpu": "auto", "cuda": "mha", "dml": "plain", "coreml": "plain"}
 
+# Rotary embedding per target when rope="auto": com.microsoft RotaryEmbedding (one kernel per q
+# and k; on CPU it took the fp32 dual-cache window step of the 58m benchmark from 45% to
+# see benchmarks/bench_cache.py --rope) where ORT has the kernel (CPU, CUDA); elementwise ops
+# (Split/Mul/Sub/Add/Concat) that every EP runs elsewhere.
+_DEFAULT_ROPE = {"cpu": "contrib", "cuda": "contrib", "dml": "ops", "coreml": "ops"}
+
 
 @dataclass
 class ExportConfig:
@@ -42,6 +49,7 @@ class ExportConfig:
     block_size: int = 32  # int4: weights per quantization block along K
     accuracy_level: int | None = None  # int4 MatMulNBits compute type; None -> 4 (int8 compute) on CPU, 0 elsewhere
     attention: str = "auto"  # attention kernel; auto -> the measured best for the target
+    rope: str = "auto"  # rotary embedding: contrib (RotaryEmbedding kernel) or ops; auto -> per target
     fuse_projections: bool = True  # one q/k/v product and one gate/up product per layer (bench_cache --no-fuse)
     validate: bool = True  # run the exported graph on probe inputs against the fp32 graph
     reference: str | None = None  # "torch": also compare with the PyTorch reference forward
@@ -66,6 +74,10 @@ class ExportConfig:
             raise ConfigError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         if self.target == "coreml" and self.attention not in ("auto", "plain"):
             raise ConfigError(f"attention {self.attention!r} is a contrib/opset-23 kernel CoreML does not run; use plain")
+        if self.rope not in ROPES:
+            raise ConfigError(f"unknown rope {self.rope!r}; choose one of {', '.join(ROPES)}")
+        if self.target == "coreml" and self.rope == "contrib":
+            raise ConfigError("rope 'contrib' is an ONNX Runtime contrib kernel CoreML does not run; use ops")
         if not isinstance(self.block_size, int) or self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ConfigError(f"block_size must be a power of two >= 16, got {self.block_size!r}")
         if self.reference not in (None, "torch"):
@@ -78,7 +90,8 @@ class ExportConfig:
             level = 4 if self.target == "cpu" else 0
         if level not in (0, 1, 2, 3, 4):
             raise ConfigError(f"accuracy_level must be 0..4, got {level!r}")
-        return dataclasses.replace(self, attention=attention, accuracy_level=level)
+        rope = _DEFAULT_ROPE[self.target] if self.rope == "auto" else self.rope
+        return dataclasses.replace(self, attention=attention, rope=rope, accuracy_level=level)
 
     @property
     def float_dtype(self) -> str:

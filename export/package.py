@@ -127,6 +127,7 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
             "source": str(src.resolve()),
             "source_files": {n: sha256_file(src / n) for n in sources if (src / n).is_file()},
             "attention": builder.kernel,
+            "rope": cfg.rope,
             "block_size": cfg.block_size if cfg.precision == "int4" else None,
             "accuracy_level": cfg.accuracy_level if cfg.precision == "int4" else None,
         },

@@ -96,6 +96,32 @@ class TestAgainstReference:
             np.testing.assert_allclose(kv_a[name], kv_b[name], atol=1e-5, rtol=0)
 
 
+    @pytest.mark.parametrize("target, emitted", [("cpu", "contrib"), ("cuda", "contrib"), ("dml", "ops"),
+                                                 ("coreml", "ops")])
+    def test_rope_default_per_target(self, checkpoint, tmp_path, target, emitted):
+        out, m = _export(checkpoint, tmp_path, target=target, precision="fp32")
+        ops = [n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node]
+        rotary = ops.count("RotaryEmbedding")
+        assert rotary == (2 * m.dims.num_layers if emitted == "contrib" else 0)  # one for q, one for k
+        assert m.provenance["rope"] == emitted
+
+    def test_rope_kernel_matches_rope_ops_with_a_past(self, checkpoint, tmp_path):
+        """ORT's RotaryEmbedding (tables grown to max(position_ids)+1) against the elementwise
+        rotation: same logits and presents for a window at scattered positions after a past."""
+        contrib, m = _export(checkpoint, tmp_path / "contrib", rope="contrib")
+        ops, _ = _export(checkpoint, tmp_path / "ops", rope="ops")
+        rng = np.random.default_rng(5)
+        ids = rng.integers(0, m.dims.vocab_size, (2, 12))
+        positions = np.stack([rng.permutation(90)[:12] for _ in range(2)]).astype(np.int64)
+        past_ids = rng.integers(0, m.dims.vocab_size, (2, 9))
+        _, past = Runner(ops, m)(past_ids, _positions(past_ids, start=90))
+        a, kv_a = Runner(contrib, m)(ids, positions, past)
+        b, kv_b = Runner(ops, m)(ids, positions, past)
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+        for name in kv_a:
+            np.testing.assert_allclose(kv_a[name], kv_b[name], atol=1e-5, rtol=0)
+
+
 @pytest.fixture(scope="module")
 def package(checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("pkg") / "pkg"

@@ -102,6 +102,10 @@ class TestCli:
         assert main(["export", str(dream), str(tmp_path / "pkg"), "--precision", "int8", "--target", "coreml"]) == 1
         assert "int8" in capsys.readouterr().err and not (tmp_path / "pkg").exists()
 
+    def test_rope_kernel_coreml_does_not_run(self, dream, tmp_path, capsys):
+        assert main(["export", str(dream), str(tmp_path / "pkg"), "--target", "coreml", "--rope", "contrib"]) == 1
+        assert "use ops" in capsys.readouterr().err and not (tmp_path / "pkg").exists()
+
 
 def _copy(src, dst):
     dst.mkdir()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from ..export.config import ATTENTIONS, PRECISIONS, TARGETS
+from ..export.config import ATTENTIONS, PRECISIONS, ROPES, TARGETS
 
 
 @click.command("export")
@@ -20,12 +20,15 @@ from ..export.config import ATTENTIONS, PRECISIONS, TARGETS
 @click.option("--block-size", type=int, default=32, show_default=True, help="int4: weights per quantization block.")
 @click.option("--attention", type=click.Choice(ATTENTIONS), default="auto", show_default=True,
               help="Attention kernel (auto: the fastest measured for the target).")
+@click.option("--rope", type=click.Choice(ROPES), default="auto", show_default=True,
+              help="Rotary embedding: contrib (ORT's RotaryEmbedding kernel), ops (elementwise, every EP); "
+                   "auto: contrib on cpu/cuda.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--no-validate", "no_validate", is_flag=True, help="Skip running the graph on probe inputs.")
 @click.option("--reference", type=click.Choice(["torch"]), default=None,
               help="Also compare with the PyTorch reference forward (needs the test extra).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or validation table.")
-def command(src, out, precision, target, block_size, attention, force, no_validate, reference, quiet):
+def command(src, out, precision, target, block_size, attention, rope, force, no_validate, reference, quiet):
     """Convert the checkpoint folder SRC (config.json, safetensors, tokenizer) into the package OUT.
 
     \b
@@ -35,7 +38,7 @@ def command(src, out, precision, target, block_size, attention, force, no_valida
     """
     from ..export import ExportConfig, export_model
 
-    config = ExportConfig(precision=precision, target=target, block_size=block_size, attention=attention,
+    config = ExportConfig(precision=precision, target=target, block_size=block_size, attention=attention, rope=rope,
                           force=force, validate=not no_validate, reference=reference, quiet=quiet)
     result = export_model(src, out, config=config)
     m = result.manifest
