@@ -33,10 +33,10 @@ _TARGET_PRECISIONS = {
 # CoreML/DirectML: plain ops that every EP runs.
 _DEFAULT_ATTENTION = {"cpu": "auto", "cuda": "mha", "dml": "plain", "coreml": "plain"}
 
-# Rotary embedding per target when rope="auto": com.microsoft RotaryEmbedding (one kernel per q
-# and k; on CPU it took the fp32 dual-cache window step of the 58m benchmark from 45% to
-# see benchmarks/bench_cache.py --rope) where ORT has the kernel (CPU, CUDA); elementwise ops
-# (Split/Mul/Sub/Add/Concat) that every EP runs elsewhere.
+# Rotary embedding per target when rope="auto": com.microsoft RotaryEmbedding, one kernel per q
+# and k, where ORT has it (CPU, CUDA; on CPU the 58m fp32 dual-cache windows went from 43% to 52%
+# of the GEMM rate, benchmarks/bench_cache.py --graph fused,rope-ops); elsewhere the elementwise
+# ops (Split/Mul/Sub/Add/Concat) that every EP runs.
 _DEFAULT_ROPE = {"cpu": "contrib", "cuda": "contrib", "dml": "ops", "coreml": "ops"}
 
 
