@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .config import GenerationConfig
 from .errors import ConfigError
-from .stats import peak_rss_bytes
+from .stats import TokenRates, peak_rss_bytes
 
 SCHEMA = "unmask.bench/1"
 DEFAULT_PROMPTS = (
@@ -88,7 +88,7 @@ def plan(base: GenerationConfig, *, caches: Sequence[str | None] = (None,),
 
 
 @dataclass
-class RunRecord:
+class RunRecord(TokenRates):
     """What one generation cost; every time in seconds."""
 
     nfe: int
@@ -99,14 +99,6 @@ class RunRecord:
     host_seconds: list[float]  # per step: everything between forward passes
     tokens_per_step: list[int]  # positions committed by each step
     peak_rss: int  # bytes
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.nfe if self.nfe else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.total_seconds if self.total_seconds > 0 else 0.0
 
 
 Measure = Callable[[Any, GenerationConfig], RunRecord]

@@ -32,6 +32,7 @@ from . import tasks
 from .config import GenerationConfig
 from .errors import ConfigError, ModelFormatError
 from .manifest import read_json_object
+from .stats import TokenRates
 
 TASKS_FILE = "tasks.json"
 GENERATOR = "unmask.tasks"  # the only task generator this version knows
@@ -107,7 +108,7 @@ def choose_families(spec: TaskSpec, requested: Iterable[str] | None) -> tuple[st
 
 
 @dataclass(frozen=True)
-class Score:
+class Score(TokenRates):
     """Exact match and decoding cost over a group of examples (one family, or all)."""
 
     name: str  # family name, or "overall"
@@ -122,12 +123,8 @@ class Score:
         return self.correct / self.examples if self.examples else 0.0
 
     @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.nfe if self.nfe else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+    def total_seconds(self) -> float:  # the name TokenRates reads; "seconds" stays the JSON key
+        return self.seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "accuracy": self.accuracy, "tokens_per_forward": self.tokens_per_forward,

@@ -16,8 +16,25 @@ import psutil
 STEP_KINDS = ("full", "refresh", "window")  # none-mode pass, block-start refresh, cached window
 
 
+class TokenRates:
+    """tokens_per_forward and tokens_per_second of a record with tokens, nfe and total_seconds
+    (one generation's stats, a bench run, an evaluation score)."""
+
+    tokens: int
+    nfe: int
+    total_seconds: float
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.tokens / self.nfe if self.nfe else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.total_seconds if self.total_seconds > 0 else 0.0
+
+
 @dataclass
-class GenerationStats:
+class GenerationStats(TokenRates):
     nfe: int = 0  # forward passes (function evaluations)
     tokens: int = 0  # positions committed by the steps (early-stop fill not counted)
     total_seconds: float = 0.0  # wall time of the generation, setup included
@@ -30,14 +47,6 @@ class GenerationStats:
     logits_rows: list[int] = field(default_factory=list)  # per step, rows the LM head computed
     cache: str = "none"  # cache mode used
     peak_rss_bytes: int = 0  # process peak resident memory after the generation
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.nfe if self.nfe else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.total_seconds if self.total_seconds > 0 else 0.0
 
     @property
     def host_share(self) -> float:
