@@ -88,6 +88,19 @@ class TestBatches:
         assert set(drawn) == {"arithmetic", "list"}
         assert 0.72 <= drawn.count("arithmetic") / len(drawn) <= 0.78
 
+    def test_copy_drill_is_training_only_and_fits(self, tokenizer):
+        """The training-only "copy" family repeats its prompt's items exactly, always fits the
+        region, and is drawn by weight like the task families."""
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="copy=1,units=1"))
+        drawn = batcher.draw(2000)
+        copies = [ex for ex in drawn if ex.family == "copy"]
+        assert 0.45 <= len(copies) / len(drawn) <= 0.55 and "copy" not in tasks.FAMILIES
+        for ex in copies:
+            assert ex.answer and ex.prompt.endswith(": " + ex.answer)
+            assert len(batcher.region(ex.answer)) == tasks.GEN_LENGTH  # raises if it did not fit
+        assert len({ex.answer for ex in copies}) > 0.9 * len(copies)
+        assert {"Paris", "Anna"} & {item for ex in copies for item in ex.answer.replace(",", " ").split()}
+
     def test_length_grouping_cuts_padding(self, tokenizer):
         def padding(buckets):
             batcher = Batcher(tokenizer, TrainConfig(out="unused", length_buckets=buckets))

@@ -12,7 +12,9 @@ Throughput on a 2-core CPU decides what the hour buys, so: families are drawn by
 weight (the hard ones more often), examples are grouped by length before batching
 (less padding), and the t of a batch are stratified over [eps, 1) (less loss variance).
 A share of the prompts follows earlier chat turns, so follow-up questions in `unmask
-chat` are answered. `--precision bf16` runs forward/backward under bf16 autocast
+chat` are answered. `--family-weights` may also draw the training-only "copy" drill
+(repeat the prompt's items), which every task family builds on. `--precision bf16` runs
+forward/backward under bf16 autocast
 (1.6x faster steps on this AVX512-BF16 CPU); the shipped recipe is fp32.
 """
 
@@ -76,6 +78,36 @@ class TrainConfig:
 
 # ---------------------------------------------------------------------- batches
 
+COPY_MAX_CHARS = 28  # digits are one token each: 28 characters + <|eot_id|> always fit GEN_LENGTH = 32
+
+
+def copy_example(rng: random.Random) -> tasks.Example:
+    """Training-only family "copy": repeat the given items exactly. Every task family copies
+    from its prompt (slot values, list items, extracted fields), and a small model learns
+    that late; asking for it directly is a cheap drill. Never evaluated (not in tasks.FAMILIES)."""
+    pools = (tasks.CITIES, tasks.NAMES, tasks.WORDS, tasks.DAYS, tasks.EVENTS, tasks.ROOMS, tasks.MESSAGES)
+    separator = rng.choice((", ", " "))
+    items: list[str] = []
+    while True:
+        item = str(rng.randint(0, 999)) if rng.random() < 0.3 else rng.choice(rng.choice(pools))
+        if items and len(separator.join(items + [item])) > COPY_MAX_CHARS:
+            break
+        items.append(item)
+        if len(items) >= rng.randint(1, 6):
+            break
+    text = separator.join(items)[:COPY_MAX_CHARS].strip()
+    prompt = rng.choice(("Repeat: {}", "Say exactly: {}", "Copy this: {}", "Repeat after me: {}")).format(text)
+    return tasks.Example("copy", prompt, text)
+
+
+TRAINING_ONLY = {"copy": copy_example}  # extra families --family-weights may draw
+
+
+def _training_only_stream(family: str, seed: int):
+    rng = random.Random(f"{family}:{seed}")
+    while True:
+        yield TRAINING_ONLY[family](rng)
+
 
 def parse_family_weights(spec: str) -> dict[str, float]:
     """"tool_call=1,arithmetic=3" -> {family: weight}; families left out are not drawn."""
@@ -83,9 +115,9 @@ def parse_family_weights(spec: str) -> dict[str, float]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         family, sep, value = item.partition("=")
         family = family.strip()
-        if family not in tasks.FAMILIES or not sep:
+        if (family not in tasks.FAMILIES and family not in TRAINING_ONLY) or not sep:
             raise ValueError(f"bad family weight {item!r}: write FAMILY=WEIGHT with FAMILY one of "
-                             f"{', '.join(tasks.FAMILIES)}")
+                             f"{', '.join((*tasks.FAMILIES, *TRAINING_ONLY))}")
         try:
             weights[family] = float(value)
         except ValueError:
@@ -110,7 +142,8 @@ class Batcher:
         self.ids = special_ids(tokenizer)
         weights = {f: w for f, w in parse_family_weights(cfg.family_weights).items() if w > 0}
         self.families, self.weights = list(weights), list(weights.values())
-        self.streams = {f: tasks.iter_examples("train", cfg.seed, [f]) for f in self.families}
+        self.streams = {f: _training_only_stream(f, cfg.seed) if f in TRAINING_ONLY
+                        else tasks.iter_examples("train", cfg.seed, [f]) for f in self.families}
         self.rng = random.Random(cfg.seed)
         self.pending: list[list[list[int]]] = []
         self._cache: dict[str, list[int]] = {}
