@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -30,8 +31,10 @@ from pathlib import Path
 import numpy as np
 
 import unmask
-from unmask.export import export_model
+from unmask.export import ExportConfig, export_model
+from unmask.export.precision import INT8_WEIGHT_MAX
 from unmask.export.testing import make_llada_checkpoint
+from unmask.manifest import read_manifest
 
 PRESETS = {
     # ~134 M parameters (85 M in the transformer layers, 2 x 24.6 M embedding + LM head)
@@ -94,9 +97,16 @@ def build(preset: str, precision: str, graph: str, root: Path) -> Path:
         make_llada_checkpoint(checkpoint, max_sequence_length=4096, tokenizer_vocab=320, seed=0,
                               **PRESETS[preset]["dims"])
     package = root / f"{preset}-{precision}-{graph}"
+    settings = dict(fuse_projections=graph != "separate", rope="ops" if graph == "rope-ops" else "auto")
+    if package.exists():  # a --workdir package from an older export is rebuilt, not measured under a new name
+        recorded = read_manifest(package).provenance
+        wanted = ExportConfig(precision=precision, **settings).resolve()
+        current = {"rope": wanted.rope, "fuse_projections": wanted.fuse_projections,
+                   "int8_weight_max": INT8_WEIGHT_MAX if precision == "int8" else None}
+        if any(recorded.get(key, "missing") != value for key, value in current.items()):
+            shutil.rmtree(package)
     if not package.exists():
-        export_model(checkpoint, package, precision, quiet=True, validate=False,
-                     fuse_projections=graph != "separate", rope="ops" if graph == "rope-ops" else "auto")
+        export_model(checkpoint, package, precision, quiet=True, validate=False, **settings)
     return package
 
 

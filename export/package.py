@@ -23,6 +23,7 @@ from .checkpoint import read_config, read_tokenizer_files
 from .config import ExportConfig
 from .emitter import Emitter, WeightFile, save_model
 from .families import family_for
+from .precision import INT8_WEIGHT_MAX
 from .progress import Progress
 from .safetensors_io import INDEX_NAME, CheckpointTensors
 from .validate import Agreement, validate
@@ -128,6 +129,8 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
             "source_files": {n: sha256_file(src / n) for n in sources if (src / n).is_file()},
             "attention": builder.kernel,
             "rope": cfg.rope,
+            "fuse_projections": cfg.fuse_projections,
+            "int8_weight_max": INT8_WEIGHT_MAX if cfg.precision == "int8" else None,
             "block_size": cfg.block_size if cfg.precision == "int4" else None,
             "accuracy_level": cfg.accuracy_level if cfg.precision == "int4" else None,
         },
