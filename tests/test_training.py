@@ -164,6 +164,17 @@ class TestTrainSmoke:
         tensors = CheckpointTensors(tmp_path / "bf16")
         assert {info.dtype for info in tensors.tensors.values()} == {"F32"}  # master weights stay fp32
 
+    def test_weight_tying_writes_one_shared_table_that_exports(self, tmp_path):
+        from unmask.export import export_model
+
+        out = tmp_path / "tied"
+        train(TrainConfig(out=str(out), weight_tying=True, **dict(TINY, max_steps=2)))
+        assert json.loads((out / "config.json").read_text())["weight_tying"] is True
+        names = set(CheckpointTensors(out).tensors)
+        assert "model.transformer.ff_out.weight" not in names and "model.transformer.wte.weight" in names  # head = embedding
+        package = export_model(out, tmp_path / "pkg", precision="int8", quiet=True)
+        assert package.validation and package.validation[0].top1_agreement >= 0.9
+
     def test_bad_settings_fail_before_the_folder_is_made(self, tmp_path, capsys):
         out = tmp_path / "model"
         assert main(["--out", str(out), "--family-weights", "arithmetic=x"]) == 2

@@ -53,6 +53,8 @@ class TrainConfig:
     n_layers: int = 4
     n_heads: int = 4
     mlp_hidden_size: int = 512
+    weight_tying: bool = False  # LM head = embedding^T (LLaDA's weight_tying): copying a prompt token is then
+    # attention passing its embedding through, not an embedding-to-head map learned from scratch
     vocab_size: int = 1024  # BPE target; the model uses the tokenizer's real size
     tokenizer_examples: int = 20000  # generator examples the BPE is trained on
     # data: how often each family is drawn (relative), and how many batches are drawn at once
@@ -319,7 +321,7 @@ def train(cfg: TrainConfig) -> dict:
     model = LladaModel(llada_config(
         vocab_size=tokenizer.get_vocab_size(), d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         mlp_hidden_size=cfg.mlp_hidden_size, max_sequence_length=512, rope_theta=10000.0,
-        mask_token_id=ids["mask"], eos_token_id=ids["eos"],
+        mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying,
     ))
     model.hf_config["bos_token_id"] = ids["bos"]
     log(f"model: {parameter_count(model):,} parameters, vocab {tokenizer.get_vocab_size()}, "
