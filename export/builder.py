@@ -202,25 +202,25 @@ class GraphBuilder:
 
     def rope_angles(self, pos: str) -> tuple[str, str]:
         """cos, sin [B, W, 1, hd/2] of pos * inv_freq, inv_freq_j = theta^(-2j/hd), in fp32, from position_ids."""
-        em, hd = self.em, self.spec.head_dim
-        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
-        p = em.make_unsqueeze("rope/positions", em.make_cast("rope/pos_fp32", pos, "float32"), [-1, -2])
-        angles = em.make_mul("rope/angles", p, em.const(inv_freq.astype(np.float32), "float32", "rope.inv_freq"))
-        cos, sin = em.make("Cos", "rope/Cos", [angles]), em.make("Sin", "rope/Sin", [angles])
-        if self.dtype != "float32":
-            cos, sin = em.make_cast("rope/cos_act", cos, self.dtype), em.make_cast("rope/sin_act", sin, self.dtype)
-        return cos, sin
+        p = self.em.make_unsqueeze("rope/positions", self.em.make_cast("rope/pos_fp32", pos, "float32"), [-1, -2])
+        return self._cos_sin(p)
 
     def rope_tables(self, pos: str) -> tuple[str, str]:
-        """cos, sin caches [N, hd/2] of p * inv_freq for p = 0 .. max(position_ids), the tables
-        com.microsoft RotaryEmbedding looks position_ids up in (N grows with the sequence)."""
-        em, hd = self.em, self.spec.head_dim
-        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
+        """cos, sin caches [N, hd/2] for p = 0 .. max(position_ids): the tables com.microsoft
+        RotaryEmbedding looks position_ids up in (N follows the sequence, nothing is stored)."""
+        em = self.em
         count = em.make_add("rope/count", em.make("ReduceMax", "rope/max_position", [pos], keepdims=0),
                             em.const(1))  # int64 scalar
         table = em.make("Range", "rope/table_positions", [em.const(0), count, em.const(1)])  # [N]
-        p = em.make_unsqueeze("rope/table_column", em.make_cast("rope/table_fp32", table, "float32"), [-1])
-        angles = em.make_mul("rope/angles", p, em.const(inv_freq.astype(np.float32), "float32", "rope.inv_freq"))
+        return self._cos_sin(em.make_unsqueeze("rope/table_column", em.make_cast("rope/table_fp32", table,
+                                                                                   "float32"), [-1]))
+
+    def _cos_sin(self, positions: str) -> tuple[str, str]:
+        """cos and sin of positions (fp32, last axis 1) * inv_freq, in the activation dtype."""
+        em, hd = self.em, self.spec.head_dim
+        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
+        angles = em.make_mul("rope/angles", positions, em.const(inv_freq.astype(np.float32), "float32",
+                                                                "rope.inv_freq"))
         cos, sin = em.make("Cos", "rope/Cos", [angles]), em.make("Sin", "rope/Sin", [angles])
         if self.dtype != "float32":
             cos, sin = em.make_cast("rope/cos_act", cos, self.dtype), em.make_cast("rope/sin_act", sin, self.dtype)
