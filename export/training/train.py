@@ -14,8 +14,8 @@ weight (the hard ones more often), examples are grouped by length before batchin
 A share of the prompts follows earlier chat turns, so follow-up questions in `unmask
 chat` are answered. `--family-weights` may also draw the training-only "copy" drill
 (repeat the prompt's items), which every task family builds on. `--precision bf16` runs
-forward/backward under bf16 autocast
-(1.6x faster steps on this AVX512-BF16 CPU); the shipped recipe is fp32.
+forward/backward under bf16 autocast (1.6x faster steps on an AVX512-BF16 CPU); the
+shipped recipe is fp32.
 """
 
 from __future__ import annotations
