@@ -1,13 +1,17 @@
-"""CPU session settings side by side: 1 vs 2 intra-op threads, spinning on vs off.
+"""CPU session settings side by side: 1 vs 2 intra-op threads, three spinning policies.
 
     python benchmarks/bench_threads.py                      # 58m preset, fp32 and int8, cache dual
     python benchmarks/bench_threads.py --precision int8 --cache none,dual --runs 3
 
 The model is bench_cache.py's 58.5 M-parameter LLaDA-shaped random checkpoint
-(prompt 128, gen_length 256, block 32, one token per forward). Every row is the
-median tokens/s over --runs generations, measured in this one run; the ratio
-column compares each row with "1 thread, spinning off". The device profile's
-other session options are kept; only threads and spinning change.
+(prompt 128, gen_length 256, block 32, one token per forward). Spinning policies:
+"off" (idle pool threads sleep), "on" (they spin-wait for work, also between passes)
+and "in runs" (they spin while session.run works and stop when it returns, so the
+C++ decoder has the cores between passes: the cpu-x86 profile's default). The
+settings of one precision and cache mode take turns, one generation each, --runs
+rounds; every row is the median tokens/s and its host share (time outside
+session.run), and the ratio compares it with "1 thread, spinning off". The device
+profile's other session options are kept.
 """
 
 from __future__ import annotations
@@ -27,24 +31,24 @@ from unmask.model import Model
 from unmask.package import open_package
 
 
-def load_with(package_dir: Path, threads: int, spinning: bool) -> Model:
+POLICIES = {"off": (False, False), "on": (True, False), "in runs": (True, True)}  # allow, stop after run
+
+
+def load_with(package_dir: Path, threads: int, spinning: str) -> Model:
     """A CPU Model whose session uses `threads` intra-op threads and the given spinning policy."""
     package = open_package(package_dir)
     placement = select(package.manifest, "cpu", threads=threads)
-    session_settings = dataclasses.replace(placement.profile.session, allow_spinning=spinning)
+    allow, stop = POLICIES[spinning]
+    session_settings = dataclasses.replace(placement.profile.session, allow_spinning=allow,
+                                           stop_spinning_after_run=stop)
     placement = dataclasses.replace(placement, profile=dataclasses.replace(placement.profile, session=session_settings))
     session = placement.create_session(package.graph_path)
     return Model(package, session, threads=threads, device="cpu", placement=placement)
 
 
-def tokens_per_second(model: Model, prompt: np.ndarray, cache: str, runs: int) -> float:
-    def once() -> float:
-        result = model.generate(prompt_ids=prompt, gen_length=GEN, block_length=BLOCK, steps=GEN, cache=cache,
-                                early_stop=False, temperature=0.0)
-        return result.stats.tokens_per_second
-
-    once()  # warm-up: first-run allocations and kernel selection
-    return statistics.median(once() for _ in range(runs))
+def generate(model: Model, prompt: np.ndarray, cache: str):
+    return model.generate(prompt_ids=prompt, gen_length=GEN, block_length=BLOCK, steps=GEN, cache=cache,
+                          early_stop=False, temperature=0.0).stats
 
 
 def main() -> None:
@@ -52,28 +56,38 @@ def main() -> None:
     parser.add_argument("--preset", choices=list(PRESETS), default="58m")
     parser.add_argument("--precision", default="fp32,int8", help="comma-separated: fp32,int8")
     parser.add_argument("--cache", default="dual", help="comma-separated: none,prefix,dual")
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3, help="generations per setting (median)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep checkpoints/packages here (reused)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
 
     prompt = np.random.default_rng(0).integers(0, 256, PROMPT).astype(np.int64)
-    settings = [(1, False), (1, True), (2, False), (2, True)]
+    settings = [(threads, spinning) for threads in (1, 2) for spinning in POLICIES]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         print(f"preset {args.preset}, prompt {PROMPT}, gen {GEN}, block {BLOCK}, steps {GEN}, median of {args.runs}")
         print()
-        print("| precision | cache | threads | spinning | tok/s | vs 1 thread, no spin |")
-        print("|---|---|---|---|---|---|")
+        print("| precision | cache | threads | spinning | tok/s | vs 1 thread, spinning off | host share |")
+        print("|---|---|---|---|---|---|---|")
         for precision in args.precision.split(","):
-            package_dir = build(args.preset, precision, root)
+            package_dir = build(args.preset, precision, "fused", root)
+            models = {setting: load_with(package_dir, *setting) for setting in settings}
             for cache in args.cache.split(","):
+                for model in models.values():
+                    generate(model, prompt, cache)  # warm-up: first-run allocations and kernel selection
+                stats = {setting: [] for setting in settings}
+                for _ in range(args.runs):  # settings take turns, so a slow minute hits them all alike
+                    for setting, model in models.items():
+                        stats[setting].append(generate(model, prompt, cache))
                 base = None
-                for threads, spinning in settings:
-                    rate = tokens_per_second(load_with(package_dir, threads, spinning), prompt, cache, args.runs)
+                for (threads, spinning), runs in stats.items():
+                    rate = statistics.median(st.tokens_per_second for st in runs)
+                    host = statistics.median(st.host_share for st in runs)
                     base = base or rate
-                    print(f"| {precision} | {cache} | {threads} | {'on' if spinning else 'off'} | {rate:.2f} "
-                          f"| {rate / base:.2f}x |", flush=True)
+                    print(f"| {precision} | {cache} | {threads} | {spinning} | {rate:.2f} | {rate / base:.2f}x "
+                          f"| {100 * host:.1f} % |", flush=True)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ class SessionSettings:
     """onnxruntime.SessionOptions for one profile (the [session] table of a profile file)."""
 
     intra_op_threads: int = 0  # 0 = physical cores (usable by this process); ORT's own default is the same
-    allow_spinning: bool = False  # spinning threads would steal cores from the C++ decoder between passes
+    allow_spinning: bool = False  # idle pool threads spin-wait for the next op instead of sleeping (fast hand-off)
+    stop_spinning_after_run: bool = False  # ...but stop when session.run returns: the C++ decoder scores between passes
     cpu_mem_arena: bool = True  # reuse CPU buffers across the many forward passes of one generation
     mem_pattern: bool = True  # plan allocations per input shape; DirectML needs it off
     graph_optimization: str = "all"  # ORT fuses RMSNorm, attention and quantized MatMul at load time

@@ -74,6 +74,7 @@ class Placement:
         spin = "1" if s.allow_spinning else "0"
         so.add_session_config_entry("session.intra_op.allow_spinning", spin)
         so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        so.add_session_config_entry("session.force_spinning_stop", "1" if s.stop_spinning_after_run else "0")
         for key, value in s.config_entries.items():
             so.add_session_config_entry(key, value)
         return so
