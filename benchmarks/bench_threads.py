@@ -7,7 +7,7 @@ The model is bench_cache.py's 58.5 M-parameter LLaDA-shaped random checkpoint
 (prompt 128, gen_length 256, block 32, one token per forward). Spinning policies:
 "off" (idle pool threads sleep), "on" (they spin-wait for work, also between passes)
 and "in runs" (they spin while session.run works and stop when it returns, so the
-C++ decoder has the cores between passes: the cpu-x86 profile's default). The
+C++ decoder has the cores between passes); the cpu-x86 profile's default is "on". The
 settings of one precision and cache mode take turns, one generation each, --runs
 rounds; every row is the median tokens/s and its host share (time outside
 session.run), and the ratio compares it with "1 thread, spinning off". The device

@@ -7,7 +7,6 @@ machines this one is not (CUDA, a Mac, Windows) without patching onnxruntime.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import shutil
 from dataclasses import dataclass
