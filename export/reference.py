@@ -147,6 +147,10 @@ class ReferenceModel(nn.Module):
     def forward(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:
         """Logits [B, L, V] float32 for ids [B, L]. attention_mask [B, L] (True = real token) only
         hides batch padding from the keys; inference never needs it."""
+        return self.logits(self.hidden_states(input_ids, position_ids, attention_mask))
+
+    def hidden_states(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:
+        """The final-normed hidden states [B, L, D] that the LM head reads."""
         cfg = self.cfg
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
@@ -155,9 +159,12 @@ class ReferenceModel(nn.Module):
         h = self.embed(input_ids)
         for block in self.blocks:
             h = block(h, cos, sin, key_mask)
-        n = rmsnorm(h, self.final_norm, cfg.rms_norm_eps)
+        return rmsnorm(h, self.final_norm, cfg.rms_norm_eps)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head over hidden states [..., D] -> float32 logits [..., V] (tied: embedding^T)."""
         head = self.embed.weight if self.head is None else self.head.weight
-        return (n @ head.float().T).float()
+        return (hidden @ head.float().T).float()
 
     def as_forward(self) -> Callable[[np.ndarray], np.ndarray]:
         """numpy forward(ids int64 [B, L]) -> float32 [B, L, V], the shape `unmask.decode` calls."""

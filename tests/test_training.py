@@ -15,6 +15,7 @@ from unmask.export.training.train import (
     Batcher,
     TrainConfig,
     add_noise,
+    diffusion_loss,
     generate_low_confidence,
     main,
     parse_family_weights,
@@ -73,6 +74,27 @@ class TestBatches:
         assert torch.equal(noisy[:, prompt], ids[:, prompt]) and not masked[:, prompt].any()
         assert masked.any() and torch.all(noisy[masked] == 2)
         assert t.shape == (16, 1) and bool(((t > 0) & (t <= 1)).all())
+
+    @pytest.mark.parametrize("tied", [False, True])
+    def test_loss_scores_only_masked_positions_and_matches_full_logits(self, tokenizer, tied):
+        """diffusion_loss runs the LM head on masked positions only; the value must equal the
+        LLaDA SFT loss computed from the full [B, L, V] logits with the same noise."""
+        batcher = Batcher(tokenizer, TrainConfig(out="unused"))
+        torch.manual_seed(0)
+        config = _config(tokenizer)
+        config["weight_tying"] = tied
+        model = LladaModel(config)
+        ids, positions, attention = batcher.next(8)
+        mask = special_ids(tokenizer)["mask"]
+        loss = diffusion_loss(model, ids, positions, attention, tasks.GEN_LENGTH, mask, 0.1,
+                              torch.Generator().manual_seed(3))
+        noisy, masked, t = add_noise(ids, tasks.GEN_LENGTH, mask, 0.1, torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            logits = model(noisy, positions, attention)
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
+        expected = (ce * masked / t).sum() / (ids.shape[0] * tasks.GEN_LENGTH)
+        assert masked.any() and math.isfinite(loss.item())
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
     def test_noise_levels_are_stratified(self, tokenizer):
         """One t per slice of [eps, 1): a batch of 16 always spans light and heavy masking."""

@@ -218,10 +218,11 @@ def add_noise(ids: torch.Tensor, gen_length: int, mask_id: int, eps: float, gen:
 
 
 def diffusion_loss(model, ids, positions, attention, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
-    """LLaDA SFT loss: sum over masked positions of CE / t, divided by rows * region length."""
+    """LLaDA SFT loss: sum over masked positions of CE / t, divided by rows * region length.
+    Only the masked positions go through the LM head (about a fifth of the tokens)."""
     noisy, masked, t = add_noise(ids, gen_length, mask_id, eps, gen)
-    logits = model(noisy, positions, attention)
-    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
+    logits = model.logits(model.hidden_states(noisy, positions, attention)[masked])
+    ce = F.cross_entropy(logits, ids[masked], reduction="none")
     weight = (1.0 / t).expand_as(masked)[masked]
     return (ce * weight).sum() / (ids.shape[0] * gen_length)
 
