@@ -10,7 +10,8 @@ the region length. Every file is written to a temporary name and moved into plac
 
 Throughput on a 2-core CPU decides what the hour buys, so: families are drawn by
 weight (the hard ones more often), examples are grouped by length before batching
-(less padding), and the t of a batch are stratified over [eps, 1) (less loss variance).
+(less padding), the t of a batch are stratified over [eps, 1) (less loss variance), and
+only the masked positions go through the LM head.
 A share of the prompts follows earlier chat turns, so follow-up questions in `unmask
 chat` are answered. `--family-weights` may also draw the training-only "copy" drill
 (repeat the prompt's items), which every task family builds on. `--precision bf16` runs
