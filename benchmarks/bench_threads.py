@@ -17,7 +17,6 @@ profile's other session options are kept.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import tempfile
 from pathlib import Path
@@ -39,9 +38,7 @@ def load_with(package_dir: Path, threads: int, spinning: str) -> Model:
     package = open_package(package_dir)
     placement = select(package.manifest, "cpu", threads=threads)
     allow, stop = POLICIES[spinning]
-    session_settings = dataclasses.replace(placement.profile.session, allow_spinning=allow,
-                                           stop_spinning_after_run=stop)
-    placement = dataclasses.replace(placement, profile=dataclasses.replace(placement.profile, session=session_settings))
+    placement = placement.with_session(allow_spinning=allow, stop_spinning_after_run=stop)
     session = placement.create_session(package.graph_path)
     return Model(package, session, threads=threads, device="cpu", placement=placement)
 

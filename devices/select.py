@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ..errors import ConfigError, DeviceError
@@ -51,6 +51,11 @@ class Placement:
     @property
     def provider_options(self) -> list[dict[str, str]]:
         return [dict(options) for _, options in self.providers]
+
+    def with_session(self, **changes: Any) -> "Placement":
+        """This placement with some of its profile's session settings changed (benchmarks, tests)."""
+        session = replace(self.profile.session, **changes)
+        return replace(self, profile=replace(self.profile, session=session))
 
     def session_options(self) -> Any:
         """A fresh onnxruntime.SessionOptions configured from the profile (SessionOptions is mutable: one per session)."""

@@ -6,7 +6,6 @@ machines this one is not (CUDA, a Mac, Windows) without patching onnxruntime.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -422,9 +421,7 @@ class TestRealSession:
         placement = select(None, "cpu", detection=d)
         assert placement.profile.session.allow_spinning  # measured: sleeping threads slow small-op passes 20-25%
         for allow, stop in ((False, False), (True, True)):
-            session = dataclasses.replace(placement.profile.session, allow_spinning=allow, stop_spinning_after_run=stop)
-            changed = dataclasses.replace(placement, profile=dataclasses.replace(placement.profile, session=session))
-            so = changed.session_options()
+            so = placement.with_session(allow_spinning=allow, stop_spinning_after_run=stop).session_options()
             assert so.get_session_config_entry("session.intra_op.allow_spinning") == ("1" if allow else "0")
             assert so.get_session_config_entry("session.force_spinning_stop") == ("1" if stop else "0")
 
