@@ -238,7 +238,7 @@ def generate_low_confidence(model, ids, positions, attention, gen_length: int, m
     x = ids.clone()
     region = slice(x.shape[1] - gen_length, x.shape[1])
     for _ in range(gen_length):
-        logits = model(x, positions, attention)[:, region]
+        logits = model.logits(model.hidden_states(x, positions, attention)[:, region])
         probs = logits.softmax(-1)
         confidence, token = probs.max(-1)
         still_masked = x[:, region] == mask_id
