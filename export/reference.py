@@ -90,8 +90,11 @@ class Attention(nn.Module):
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         group = cfg.num_heads // cfg.num_kv_heads  # GQA: query head h reads K/V head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        # softmax(q k^T / sqrt(hd)) v with NO causal mask; key_mask only hides batch padding.
-        mask = None if key_mask is None else key_mask[:, None, None, :]
+        # softmax(q k^T / sqrt(hd)) v with NO causal mask; key_mask only hides batch padding ([B, L])
+        # or, for rows that pack several sequences, says which keys each query sees ([B, L, L]).
+        mask = key_mask
+        if mask is not None:
+            mask = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
         return self.o(a.transpose(1, 2).reshape(B, L, -1))
 
@@ -146,7 +149,8 @@ class ReferenceModel(nn.Module):
     # --- forward
     def forward(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:
         """Logits [B, L, V] float32 for ids [B, L]. attention_mask [B, L] (True = real token) only
-        hides batch padding from the keys; inference never needs it."""
+        hides batch padding from the keys; inference never needs it. Training on packed rows passes
+        [B, L, L] (True = query i may read key j)."""
         return self.logits(self.hidden_states(input_ids, position_ids, attention_mask))
 
     def hidden_states(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:

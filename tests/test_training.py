@@ -12,6 +12,7 @@ from unmask.export.safetensors_io import CheckpointTensors
 from unmask.export.reference import LladaModel, llada_config, load_reference
 from unmask.export.training.tokenizer import special_ids, train_tokenizer
 from unmask.export.training.train import (
+    Batch,
     Batcher,
     TrainConfig,
     add_noise,
@@ -68,40 +69,44 @@ class TestBatches:
 
     def test_noise_never_touches_the_prompt(self, tokenizer):
         batcher = Batcher(tokenizer, TrainConfig(out="unused"))
-        ids, _, _ = batcher.next(16)
-        noisy, masked, t = add_noise(ids, tasks.GEN_LENGTH, 2, 1e-3, torch.Generator().manual_seed(0))
+        batch = batcher.next(16)
+        ids = batch.ids
+        noisy, masked, t = add_noise(batch, 2, 1e-3, torch.Generator().manual_seed(0))
         prompt = slice(0, ids.shape[1] - tasks.GEN_LENGTH)
         assert torch.equal(noisy[:, prompt], ids[:, prompt]) and not masked[:, prompt].any()
         assert masked.any() and torch.all(noisy[masked] == 2)
-        assert t.shape == (16, 1) and bool(((t > 0) & (t <= 1)).all())
+        assert t.shape == (16,) and bool(((t > 0) & (t <= 1)).all())
 
-    @pytest.mark.parametrize("tied", [False, True])
-    def test_loss_scores_only_masked_positions_and_matches_full_logits(self, tokenizer, tied):
+    @pytest.mark.parametrize("tied, pack_width", [(False, 0), (True, 0), (False, 144)])
+    def test_loss_scores_only_masked_positions_and_matches_full_logits(self, tokenizer, tied, pack_width):
         """diffusion_loss runs the LM head on masked positions only; the value must equal the
-        LLaDA SFT loss computed from the full [B, L, V] logits with the same noise."""
-        batcher = Batcher(tokenizer, TrainConfig(out="unused"))
+        LLaDA SFT loss computed from the full [R, L, V] logits with the same noise."""
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=pack_width))
         torch.manual_seed(0)
         config = _config(tokenizer)
         config["weight_tying"] = tied
         model = LladaModel(config)
-        ids, positions, attention = batcher.next(8)
+        batch = batcher.next(8)
         mask = special_ids(tokenizer)["mask"]
-        loss = diffusion_loss(model, ids, positions, attention, tasks.GEN_LENGTH, mask, 0.1,
-                              torch.Generator().manual_seed(3))
-        noisy, masked, t = add_noise(ids, tasks.GEN_LENGTH, mask, 0.1, torch.Generator().manual_seed(3))
+        loss = diffusion_loss(model, batch, tasks.GEN_LENGTH, mask, 0.1, torch.Generator().manual_seed(3))
+        noisy, masked, t = add_noise(batch, mask, 0.1, torch.Generator().manual_seed(3))
         with torch.no_grad():
-            logits = model(noisy, positions, attention)
-        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
-        expected = (ce * masked / t).sum() / (ids.shape[0] * tasks.GEN_LENGTH)
+            logits = model(noisy, batch.positions, batch.attention)
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.ids, reduction="none")
+        expected = (ce * masked / t[batch.example.clamp(min=0)]).sum() / (8 * tasks.GEN_LENGTH)
         assert masked.any() and math.isfinite(loss.item())
+        assert int(masked.sum()) == int(sum((masked & (batch.example == n)).sum() for n in range(8)))
         assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
     def test_noise_levels_are_stratified(self, tokenizer):
         """One t per slice of [eps, 1): a batch of 16 always spans light and heavy masking."""
         ids = torch.zeros((16, 40), dtype=torch.long)
+        region = torch.zeros((16, 40), dtype=torch.bool)
+        region[:, -8:] = True
+        batch = Batch(ids, ids, region | True, region, torch.arange(16)[:, None].expand(16, 40))
         for seed in range(5):
-            _, _, t = add_noise(ids, 8, 2, 0.1, torch.Generator().manual_seed(seed))
-            slots = torch.floor((t.squeeze(1) - 0.1) / 0.9 * 16).long()
+            _, _, t = add_noise(batch, 2, 0.1, torch.Generator().manual_seed(seed))
+            slots = torch.floor((t - 0.1) / 0.9 * 16).long()
             assert sorted(slots.tolist()) == list(range(16))
 
     def test_families_are_drawn_by_weight(self, tokenizer):
@@ -127,14 +132,46 @@ class TestBatches:
         def padding(buckets):
             batcher = Batcher(tokenizer, TrainConfig(out="unused", length_buckets=buckets))
             batches = [batcher.next(32) for _ in range(16)]
-            assert all(b[0].shape[0] == 32 for b in batches)
-            return sum(int((~attention).sum()) for _, _, attention in batches)
+            assert all(b.ids.shape[0] == 32 and b.examples == 32 for b in batches)
+            return sum(int((~b.attention).sum()) for b in batches)
         assert padding(16) < 0.5 * padding(1)
+
+    def test_packed_rows_hold_whole_examples_that_see_only_themselves(self, tokenizer):
+        """pack_width packs a step's examples into shared rows: each example is one contiguous
+        run with positions from 0 and its answer region at its end, and attends only to itself."""
+        cfg = TrainConfig(out="unused", pack_width=144, history_rate=0.1)
+        batch = Batcher(tokenizer, cfg).next(64)
+        assert batch.examples == 64 and batch.ids.shape[0] < 64 and batch.attention.dim() == 3
+        ids = special_ids(tokenizer)
+        for n in range(64):
+            rows, cols = torch.nonzero(batch.example == n, as_tuple=True)
+            assert rows.unique().numel() == 1 and torch.equal(cols, torch.arange(cols[0], cols[-1] + 1))
+            r, span = int(rows[0]), slice(int(cols[0]), int(cols[-1]) + 1)
+            assert batch.positions[r, span].tolist() == list(range(cols.numel()))
+            assert batch.ids[r, span][0] == ids["bos"]
+            assert batch.region[r, span].tolist() == [False] * (cols.numel() - cfg.gen_length) + [True] * cfg.gen_length
+            assert bool(batch.attention[r, span, span].all())
+            assert not batch.attention[r, span][:, batch.example[r] != n].any()
+        assert (batch.example < 0).float().mean() < 0.2  # first-fit leaves little padding
+        pad_rows, pad_cols = torch.nonzero(batch.example < 0, as_tuple=True)
+        assert bool(batch.attention[pad_rows, pad_cols, pad_cols].all())  # never an all-hidden (NaN) row
+
+    def test_a_packed_example_gets_the_hidden_states_it_gets_alone(self, tokenizer):
+        """Block-diagonal attention plus restarted positions: packing changes no number."""
+        torch.manual_seed(0)
+        model = LladaModel(_config(tokenizer)).eval()
+        batch = Batcher(tokenizer, TrainConfig(out="unused", pack_width=144)).next(6)
+        with torch.no_grad():
+            packed = model.hidden_states(batch.ids, batch.positions, batch.attention)
+            for n in range(6):
+                where = batch.example == n
+                alone = model.hidden_states(batch.ids[where][None])[0]
+                torch.testing.assert_close(packed[where], alone, rtol=1e-4, atol=1e-5)
 
     def test_some_prompts_follow_earlier_turns(self, tokenizer):
         batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, length_buckets=1))
         ids = special_ids(tokenizer)
-        ids_batch, _, _ = batcher.next(64)
+        ids_batch = batcher.next(64).ids
         headers = (ids_batch[:, :-tasks.GEN_LENGTH] == ids["eot"]).sum(1)  # one <|eot_id|> per finished message
         assert set(headers.tolist()) <= {1, 3, 5} and 1 in headers.tolist() and {3, 5} & set(headers.tolist())
         assert 0.3 <= float((headers > 1).float().mean()) <= 0.7
@@ -186,6 +223,11 @@ class TestTrainSmoke:
         tensors = CheckpointTensors(tmp_path / "bf16")
         assert {info.dtype for info in tensors.tensors.values()} == {"F32"}  # master weights stay fp32
 
+    def test_packed_rows_train(self, tmp_path):
+        summary = train(TrainConfig(out=str(tmp_path / "packed"), pack_width=160, **dict(TINY, max_steps=2)))
+        assert summary["steps"] == 2 and math.isfinite(summary["last_loss"])
+        assert summary["train_config"]["pack_width"] == 160
+
     def test_weight_tying_writes_one_shared_table_that_exports(self, tmp_path):
         from unmask.export import export_model
 
@@ -201,8 +243,9 @@ class TestTrainSmoke:
         out = tmp_path / "model"
         assert main(["--out", str(out), "--family-weights", "arithmetic=x"]) == 2
         assert main(["--out", str(out), "--precision", "fp8"]) == 2
+        assert main(["--out", str(out), "--pack-width", "-1"]) == 2
         err = capsys.readouterr().err
-        assert "not a number" in err and "auto, bf16 or fp32" in err
+        assert "not a number" in err and "auto, bf16 or fp32" in err and "pack_width" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 

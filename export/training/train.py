@@ -10,8 +10,10 @@ the region length. Every file is written to a temporary name and moved into plac
 
 Throughput on a 2-core CPU decides what the hour buys, so: families are drawn by
 weight (the hard ones more often), examples are grouped by length before batching
-(less padding), the t of a batch are stratified over [eps, 1) (less loss variance), and
-only the masked positions go through the LM head.
+(less padding) or, with `--pack-width`, packed several to a row with block-diagonal
+attention (as little padding, and every batch mixes the families), the t of a batch are
+stratified over [eps, 1) (less loss variance), and only the masked positions go through
+the LM head.
 A share of the prompts follows earlier chat turns, so follow-up questions in `unmask
 chat` are answered. `--family-weights` may also draw the training-only "copy" drill
 (repeat the prompt's items), which every task family builds on. `--precision bf16` runs
@@ -32,6 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +65,9 @@ class TrainConfig:
     # and grouped by length (1 = no grouping)
     family_weights: str = "tool_call=1,arithmetic=1.5,list=1.5,units=1,extract=1"
     length_buckets: int = 16
+    pack_width: int = 0  # > 0: pack each batch's examples into rows of this many tokens (a token attends only
+    # within its own example), so batches mix families at almost no padding; 0: one example per row, rows
+    # grouped by length_buckets (less padding, but a batch then holds mostly one family)
     history_rate: float = 0.15  # share of examples asked after 1-2 earlier chat turns (follow-ups in `unmask chat`)
     # optimisation
     precision: str = "fp32"  # fp32 | bf16 (autocast, ~1.6x faster steps here) | auto (bf16 where the CPU has it)
@@ -132,12 +138,34 @@ def parse_family_weights(spec: str) -> dict[str, float]:
     return weights
 
 
+class Batch(NamedTuple):
+    """One training step's tensors over R rows of L tokens.
+
+    attention is [R, L] (key padding: one example per row) or [R, L, L] (packed rows: True
+    where query i may read key j, i.e. both belong to the same example). region marks the
+    answer-region tokens, the only ones the forward process masks; example gives each
+    token's example number (0..examples-1; -1 for padding)."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    attention: torch.Tensor
+    region: torch.Tensor
+    example: torch.Tensor
+
+    @property
+    def examples(self) -> int:
+        return int(self.example.max()) + 1
+
+
 class Batcher:
     """Tokenized training examples -> padded tensors (left padding, so answers end together).
 
-    Training batches come from a pool of `length_buckets` batches drawn at once (families
-    by weight), sorted by length and cut into batches served in shuffled order, so a
-    batch of short arithmetic prompts is not padded to the long extraction prompts.
+    Two ways to batch. With pack_width > 0 a step's examples (families by weight) are
+    packed first-fit into rows of pack_width tokens with block-diagonal attention: every
+    batch mixes the families and almost nothing is padding. Otherwise each example is
+    one row, and batches come from a pool of `length_buckets` batches drawn at once,
+    sorted by length and cut into batches served in shuffled order, so a batch of short
+    arithmetic prompts is not padded to the long extraction prompts.
     """
 
     def __init__(self, tokenizer, cfg: TrainConfig):
@@ -194,38 +222,76 @@ class Batcher:
         text = tasks.chat_prompt(example.prompt, history)
         return self.encode(text) if not history else self.tok.encode(text, add_special_tokens=False).ids
 
-    def next(self, batch_size: int):
+    def next(self, batch_size: int) -> Batch:
+        """The next training batch of `batch_size` examples."""
+        if self.cfg.pack_width > 0:
+            return self._pack([self.prompt(ex) + self.region(ex.answer) for ex in self.draw(batch_size)])
         if not self.pending:
             pool = self.draw(batch_size * max(1, self.cfg.length_buckets))
             rows = sorted((self.prompt(ex) + self.region(ex.answer) for ex in pool), key=len)
             self.pending = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
             self.rng.shuffle(self.pending)
-        return self._pad(self.pending.pop())
+        ids, positions, attention = self._pad(self.pending.pop())
+        region = torch.zeros_like(attention)
+        region[:, -self.cfg.gen_length:] = True
+        example = torch.where(attention, torch.arange(ids.shape[0])[:, None], -1)
+        return Batch(ids, positions, attention, region, example)
+
+    def _pack(self, sequences: list[list[int]]) -> Batch:
+        """First-fit decreasing into rows of max(pack_width, longest) tokens, padding at the end.
+        Positions restart at 0 for every example, as if it were alone in its row."""
+        capacity = max(self.cfg.pack_width, max(map(len, sequences)))
+        rows: list[list[int]] = []  # example numbers per row
+        room: list[int] = []
+        for n in sorted(range(len(sequences)), key=lambda n: -len(sequences[n])):
+            fit = next((r for r, free in enumerate(room) if free >= len(sequences[n])), None)
+            if fit is None:
+                rows.append([])
+                room.append(capacity)
+                fit = len(rows) - 1
+            rows[fit].append(n)
+            room[fit] -= len(sequences[n])
+        width = capacity - min(room)
+        ids = torch.full((len(rows), width), self.ids["eos"], dtype=torch.long)
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        region = torch.zeros((len(rows), width), dtype=torch.bool)
+        example = torch.full((len(rows), width), -1, dtype=torch.long)
+        for r, members in enumerate(rows):
+            at = 0
+            for n in members:
+                seq = sequences[n]
+                ids[r, at:at + len(seq)] = torch.tensor(seq)
+                positions[r, at:at + len(seq)] = torch.arange(len(seq))
+                region[r, at + len(seq) - self.cfg.gen_length:at + len(seq)] = True
+                example[r, at:at + len(seq)] = n
+                at += len(seq)
+        same = (example[:, :, None] == example[:, None, :]) & (example[:, None, :] >= 0)
+        attention = same | torch.eye(width, dtype=torch.bool)  # a padding query reads itself, never a NaN row
+        return Batch(ids, positions, attention, region, example)
 
 
-def add_noise(ids: torch.Tensor, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
-    """Forward process: t ~ U(eps, 1) per row; each of the last gen_length tokens becomes mask_id
-    with probability t. The prompt (everything before the region) is never masked.
+def add_noise(batch: Batch, mask_id: int, eps: float, gen: torch.Generator):
+    """Forward process: t ~ U(eps, 1) per example; each token of its answer region becomes
+    mask_id with probability t. The prompt is never masked. Returns (noisy ids, masked, t [examples]).
 
-    The rows' t are stratified (one per slice [i/B, (i+1)/B) of [0, 1), shared offset, shuffled):
-    each t is still uniform, but a batch always spans light and heavy masking."""
-    B, L = ids.shape
-    u = (torch.arange(B, dtype=torch.float32) + torch.rand(1, generator=gen)) / B
-    t = (eps + (1 - eps) * u[torch.randperm(B, generator=gen)]).unsqueeze(1)
-    in_region = torch.zeros(B, L, dtype=torch.bool)
-    in_region[:, L - gen_length:] = True
-    masked = in_region & (torch.rand(B, L, generator=gen) < t)
-    return torch.where(masked, torch.full_like(ids, mask_id), ids), masked, t
+    The examples' t are stratified (one per slice [i/N, (i+1)/N) of [0, 1), shared offset,
+    shuffled): each t is still uniform, but a batch always spans light and heavy masking."""
+    n = batch.examples
+    u = (torch.arange(n, dtype=torch.float32) + torch.rand(1, generator=gen)) / n
+    t = eps + (1 - eps) * u[torch.randperm(n, generator=gen)]
+    token_t = t[batch.example.clamp(min=0)]
+    masked = batch.region & (torch.rand(batch.ids.shape, generator=gen) < token_t)
+    return torch.where(masked, torch.full_like(batch.ids, mask_id), batch.ids), masked, t
 
 
-def diffusion_loss(model, ids, positions, attention, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
-    """LLaDA SFT loss: sum over masked positions of CE / t, divided by rows * region length.
+def diffusion_loss(model, batch: Batch, gen_length: int, mask_id: int, eps: float, gen: torch.Generator):
+    """LLaDA SFT loss: sum over masked positions of CE / t, divided by examples * region length.
     Only the masked positions go through the LM head (about a fifth of the tokens)."""
-    noisy, masked, t = add_noise(ids, gen_length, mask_id, eps, gen)
-    logits = model.logits(model.hidden_states(noisy, positions, attention)[masked])
-    ce = F.cross_entropy(logits, ids[masked], reduction="none")
-    weight = (1.0 / t).expand_as(masked)[masked]
-    return (ce * weight).sum() / (ids.shape[0] * gen_length)
+    noisy, masked, t = add_noise(batch, mask_id, eps, gen)
+    logits = model.logits(model.hidden_states(noisy, batch.positions, batch.attention)[masked])
+    ce = F.cross_entropy(logits, batch.ids[masked], reduction="none")
+    weight = 1.0 / t[batch.example[masked]]
+    return (ce * weight).sum() / (t.numel() * gen_length)
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -310,6 +376,8 @@ def train(cfg: TrainConfig) -> dict:
     parse_family_weights(cfg.family_weights)
     if not 0 <= cfg.history_rate <= 1:
         raise ValueError(f"history_rate is a probability in [0, 1], got {cfg.history_rate}")
+    if cfg.pack_width < 0:
+        raise ValueError(f"pack_width is a row length in tokens (0 = no packing), got {cfg.pack_width}")
     out = prepare_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -345,7 +413,7 @@ def train(cfg: TrainConfig) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = lr
         with autocast(precision):
-            loss = diffusion_loss(model, *batcher.next(cfg.batch_size), cfg.gen_length, ids["mask"], cfg.mask_eps, gen)
+            loss = diffusion_loss(model, batcher.next(cfg.batch_size), cfg.gen_length, ids["mask"], cfg.mask_eps, gen)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
