@@ -68,7 +68,7 @@ class TestBatches:
             batcher.region("1" * 60)
 
     def test_noise_never_touches_the_prompt(self, tokenizer):
-        batcher = Batcher(tokenizer, TrainConfig(out="unused"))
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0))
         batch = batcher.next(16)
         ids = batch.ids
         noisy, masked, t = add_noise(batch, 2, 1e-3, torch.Generator().manual_seed(0))
@@ -130,7 +130,7 @@ class TestBatches:
 
     def test_length_grouping_cuts_padding(self, tokenizer):
         def padding(buckets):
-            batcher = Batcher(tokenizer, TrainConfig(out="unused", length_buckets=buckets))
+            batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0, length_buckets=buckets))
             batches = [batcher.next(32) for _ in range(16)]
             assert all(b.ids.shape[0] == 32 and b.examples == 32 for b in batches)
             return sum(int((~b.attention).sum()) for b in batches)
@@ -169,7 +169,7 @@ class TestBatches:
                 torch.testing.assert_close(packed[where], alone, rtol=1e-4, atol=1e-5)
 
     def test_some_prompts_follow_earlier_turns(self, tokenizer):
-        batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, length_buckets=1))
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, pack_width=0, length_buckets=1))
         ids = special_ids(tokenizer)
         ids_batch = batcher.next(64).ids
         headers = (ids_batch[:, :-tasks.GEN_LENGTH] == ids["eot"]).sum(1)  # one <|eot_id|> per finished message
@@ -223,10 +223,12 @@ class TestTrainSmoke:
         tensors = CheckpointTensors(tmp_path / "bf16")
         assert {info.dtype for info in tensors.tensors.values()} == {"F32"}  # master weights stay fp32
 
-    def test_packed_rows_train(self, tmp_path):
-        summary = train(TrainConfig(out=str(tmp_path / "packed"), pack_width=160, **dict(TINY, max_steps=2)))
+    def test_one_example_per_row_trains(self, tmp_path):
+        """The default packs examples into shared rows; pack_width 0 batches one per row."""
+        assert TrainConfig().pack_width > 0
+        summary = train(TrainConfig(out=str(tmp_path / "rows"), pack_width=0, **dict(TINY, max_steps=2)))
         assert summary["steps"] == 2 and math.isfinite(summary["last_loss"])
-        assert summary["train_config"]["pack_width"] == 160
+        assert summary["train_config"]["pack_width"] == 0
 
     def test_weight_tying_writes_one_shared_table_that_exports(self, tmp_path):
         from unmask.export import export_model
