@@ -61,10 +61,10 @@ class TrainConfig:
     # attention passing its embedding through, not an embedding-to-head map learned from scratch
     vocab_size: int = 1024  # BPE target; the model uses the tokenizer's real size
     tokenizer_examples: int = 20000  # generator examples the BPE is trained on
-    # data: how often each family is drawn (relative; arithmetic, which the hour does not teach, rarely)
+    # data: how often each family is drawn (relative): tool calls and extraction, learned first, least
     family_weights: str = "tool_call=0.7,arithmetic=0.6,list=1.6,units=1.1,extract=0.6"
     pack_width: int = 144  # > 0: pack each batch's examples into rows of this many tokens (a token attends only
-    # within its own example), so batches mix families at almost no padding; 0: one example per row, rows
+    # within its own example), so batches mix families with little padding; 0: one example per row, rows
     # grouped by length_buckets (as little padding, but a batch then holds mostly one family)
     length_buckets: int = 16  # without packing: batches drawn at once and grouped by length (1 = no grouping)
     history_rate: float = 0.0  # share of examples asked after 1-2 earlier chat turns (follow-ups in `unmask chat`)
@@ -157,14 +157,15 @@ class Batch(NamedTuple):
 
 
 class Batcher:
-    """Tokenized training examples -> padded tensors (left padding, so answers end together).
+    """Tokenized training examples -> padded tensors.
 
     Two ways to batch. With pack_width > 0 a step's examples (families by weight) are
     packed first-fit into rows of pack_width tokens with block-diagonal attention: every
-    batch mixes the families and almost nothing is padding. Otherwise each example is
-    one row, and batches come from a pool of `length_buckets` batches drawn at once,
-    sorted by length and cut into batches served in shuffled order, so a batch of short
-    arithmetic prompts is not padded to the long extraction prompts.
+    batch mixes the families, and about a tenth of the tokens are padding. Otherwise each
+    example is one row (left padding, so answers end together), and batches come from a
+    pool of `length_buckets` batches drawn at once, sorted by length and cut into batches
+    served in shuffled order, so a batch of short arithmetic prompts is not padded to the
+    long extraction prompts.
     """
 
     def __init__(self, tokenizer, cfg: TrainConfig):
