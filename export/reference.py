@@ -90,12 +90,9 @@ class Attention(nn.Module):
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         group = cfg.num_heads // cfg.num_kv_heads  # GQA: query head h reads K/V head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        # softmax(q k^T / sqrt(hd)) v with NO causal mask; key_mask only hides batch padding ([B, L])
-        # or, for rows that pack several sequences, says which keys each query sees ([B, L, L]).
-        mask = key_mask
-        if mask is not None:
-            mask = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        # softmax(q k^T / sqrt(hd)) v with NO causal mask; key_mask [B, 1, L|1, L] (hidden_states
+        # shapes it) only hides batch padding or, in packed rows, the other sequences' keys.
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=False)
         return self.o(a.transpose(1, 2).reshape(B, L, -1))
 
 
@@ -159,7 +156,10 @@ class ReferenceModel(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
         cos, sin = rope_angles(position_ids, cfg.head_dim, cfg.rope_theta)
-        key_mask = None if attention_mask is None else attention_mask.to(torch.bool)
+        key_mask = None
+        if attention_mask is not None:  # [B, L] keys of every query, or [B, L, L] per query: one shape for all layers
+            key_mask = attention_mask.to(torch.bool)
+            key_mask = key_mask[:, None, None, :] if key_mask.dim() == 2 else key_mask[:, None]
         h = self.embed(input_ids)
         for block in self.blocks:
             h = block(h, cos, sin, key_mask)
