@@ -153,6 +153,7 @@ class EvalReport:
     families: list[Score]  # in evaluation order
     overall: Score
     answers: list[Answer]
+    loose: bool = False  # questions typed loosely (tasks.loosen)
 
     def family(self, name: str) -> Score:
         for score in self.families:
@@ -166,6 +167,7 @@ class EvalReport:
             "package": self.package,
             "precision": self.precision,
             "split": "heldout",
+            "loose": self.loose,
             "config": self.config.to_dict(),
             "families": {s.name: s.to_dict() for s in self.families},
             "overall": self.overall.to_dict(),
@@ -192,7 +194,7 @@ def eval_config(model, spec: TaskSpec, config: GenerationConfig | None = None, *
 
 def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = DEFAULT_LIMIT,
              config: GenerationConfig | None = None, device: str = "auto", threads: int | None = None,
-             on_answer=None, follow_up: int = 0, **overrides: Any) -> EvalReport:
+             on_answer=None, follow_up: int = 0, loose: bool = False, **overrides: Any) -> EvalReport:
     """Exact match of `model` on `limit` held-out examples of its task families.
 
     `model`: a loaded unmask.Model, a package folder, or None for the embedded model.
@@ -201,6 +203,8 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
     `on_answer(answer, index, count)` is called after every example (progress display).
     `follow_up`: earlier turns before each question (the next held-out examples of the run,
     any family, with their correct answers as the assistant's replies); 0 = single turn.
+    `loose`: ask each question as people type in a chat (tasks.loosen: no final mark, lowercase
+    start); the expected answers are the same.
     Raises ModelFormatError when the package has no tasks.json, ConfigError on unknown
     families, a bad limit or bad settings.
     """
@@ -208,6 +212,8 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
         raise ConfigError(f"limit must be a positive integer, got {limit!r}")
     if isinstance(follow_up, bool) or not isinstance(follow_up, int) or not 0 <= follow_up <= 8:
         raise ConfigError(f"follow_up is the number of earlier chat turns, 0 to 8; got {follow_up!r}")
+    if not isinstance(loose, bool):
+        raise ConfigError(f"loose is True or False, got {loose!r}")
     if model is None or isinstance(model, (str, os.PathLike)):
         from .model import load
 
@@ -224,16 +230,17 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
         turns = [earlier[(index + k) % len(earlier)] for k in range(follow_up)]
         messages = [{"role": role, "content": text} for ex in turns
                     for role, text in (("user", ex.prompt), ("assistant", ex.answer))]
-        result = model.generate(messages=messages + [{"role": "user", "content": example.prompt}], config=cfg)
+        question = tasks.loosen(example.prompt) if loose else example.prompt
+        result = model.generate(messages=messages + [{"role": "user", "content": question}], config=cfg)
         stats = result.stats
-        answer = Answer(example.family, example.prompt, example.answer, result.text,
+        answer = Answer(example.family, question, example.answer, result.text,
                         tasks.exact_match(result.text, example.answer), stats.nfe, stats.tokens, stats.total_seconds)
         answers.append(answer)
         if on_answer is not None:
             on_answer(answer, index, len(examples))
     scores = [total(f, [a for a in answers if a.family == f]) for f in chosen]
     return EvalReport(str(model.package.folder), model.manifest.precision, cfg, scores, total("overall", answers),
-                      answers)
+                      answers, loose)
 
 
 def format_table(report: EvalReport) -> str:

@@ -220,6 +220,21 @@ GENERATORS: dict[str, Callable[[random.Random], Example]] = {
 }
 
 
+# ---------------------------------------------------------------------- loose phrasing
+
+
+def loosen(prompt: str, rng: random.Random | None = None) -> str:
+    """The prompt as people type it in a chat: without its final punctuation and with a
+    lowercase first letter. With `rng`, a random one of the two or both (training draws
+    these); without, both (what `unmask eval --loose` asks). Template prompts start with a
+    capital or a digit, and only the list family's lack a final mark, so a loosened prompt is
+    either the prompt itself or no template's output: loosening a training prompt never yields
+    a held-out one."""
+    drop, lower = (True, True) if rng is None else rng.choice(((True, False), (False, True), (True, True)))
+    text = prompt.rstrip(".?!") if drop else prompt
+    return text[:1].lower() + text[1:] if lower else text
+
+
 # ---------------------------------------------------------------------- splits
 
 
@@ -269,6 +284,6 @@ def make_examples(split: str, count: int, seed: int = 0, families: Iterable[str]
 __all__ = [
     "FAMILIES", "SPLITS", "GEN_LENGTH", "SPECIAL_TOKENS", "CHAT_TEMPLATE",
     "BOS", "EOS", "MASK", "START_HEADER", "END_HEADER", "EOT",
-    "Example", "chat_prompt", "normalize", "exact_match", "score",
+    "Example", "chat_prompt", "normalize", "exact_match", "score", "loosen",
     "iter_examples", "make_examples", "split_of",
 ]

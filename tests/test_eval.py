@@ -142,6 +142,27 @@ class TestEvaluate:
                 assert heldout[question["content"]] == reply["content"]  # earlier turns answered correctly
         assert seen[0][0] != seen[1][0]  # each question gets its own history
 
+    def test_loose_asks_the_questions_as_typed_in_a_chat(self, embedded, monkeypatch):
+        seen = []
+        real = embedded.generate
+
+        def spy(prompt=None, *, messages=None, **kwargs):
+            seen.append(messages[-1]["content"])
+            return real(prompt, messages=messages, **kwargs)
+
+        monkeypatch.setattr(embedded, "generate", spy)
+        report = evaluate(embedded, families=["units", "tool_call"], limit=4, loose=True, cache="dual", threshold=0.9)
+        canonical = tasks.make_examples("heldout", 4, families=["units", "tool_call"])
+        assert seen == [tasks.loosen(ex.prompt) for ex in canonical] == [a.prompt for a in report.answers]
+        assert all(q != ex.prompt and not q.endswith((".", "?")) and not q[0].isupper()
+                   for q, ex in zip(seen, canonical))
+        assert [a.answer for a in report.answers] == [ex.answer for ex in canonical]  # the same expected answers
+        assert report.loose and report.to_dict()["loose"] is True
+
+    def test_bad_loose(self, embedded):
+        with pytest.raises(unmask.ConfigError, match="loose"):
+            evaluate(embedded, limit=1, loose="yes")
+
     @pytest.mark.parametrize("follow_up", [-1, 9, 1.5, True])
     def test_bad_follow_up(self, embedded, follow_up):
         with pytest.raises(unmask.ConfigError, match="follow_up"):
@@ -165,8 +186,9 @@ class TestCli:
         assert accuracy_run["families"]["tool_call"]["correct"] >= FLOOR["tool_call"], accuracy_run["families"]
 
     def test_json_schema(self, accuracy_run):
-        assert set(accuracy_run) == {"package", "precision", "split", "config", "families", "overall"}
+        assert set(accuracy_run) == {"package", "precision", "split", "loose", "config", "families", "overall"}
         assert accuracy_run["split"] == "heldout" and accuracy_run["precision"] == "int8"
+        assert accuracy_run["loose"] is False
         assert list(accuracy_run["families"]) == list(tasks.FAMILIES)
         for score in [*accuracy_run["families"].values(), accuracy_run["overall"]]:
             assert set(score) == SCORE_KEYS
@@ -190,6 +212,16 @@ class TestCli:
         assert [a["family"] for a in answers] == ["tool_call", "arithmetic"]
         assert set(answers[0]) == {"family", "prompt", "answer", "prediction", "correct", "nfe", "tokens", "seconds"}
 
+    @needs_embedded
+    def test_loose_flag(self):
+        result = invoke("--limit", "2", "--family", "units", "--loose", "--threshold", "0.9")
+        assert result.exit_code == 0, result.output
+        assert "2 held-out examples typed loosely" in result.output.splitlines()[0]
+        result = invoke("--limit", "1", "--family", "units", "--loose", "--json", "--answers")
+        document = json.loads(result.output)
+        assert document["loose"] is True
+        assert document["answers"][0]["prompt"] == tasks.loosen(tasks.make_examples("heldout", 1, families=["units"])[0].prompt)
+
     def test_answers_needs_json(self):
         result = invoke("--answers")
         assert result.exit_code == 2 and "--json" in result.output
@@ -208,5 +240,5 @@ class TestCli:
     def test_help_lists_generation_flags(self):
         result = invoke("--help")
         assert result.exit_code == 0
-        for flag in ("--family", "--limit", "--json", "--threshold", "--cache", "--steps", "--gen-length"):
+        for flag in ("--family", "--limit", "--json", "--loose", "--threshold", "--cache", "--steps", "--gen-length"):
             assert flag in result.output

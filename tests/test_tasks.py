@@ -1,6 +1,8 @@
 """unmask.tasks: deterministic generator, disjoint splits, correct answers, chat format, scoring."""
 
+import itertools
 import json
+import random
 import re
 
 import jinja2
@@ -70,6 +72,29 @@ class TestGenerator:
             tasks.make_examples("test", 1)
         with pytest.raises(ValueError, match="families"):
             tasks.make_examples("train", 1, families=["poetry"])
+
+
+class TestLoosen:
+    def test_drops_the_final_mark_and_lowercases_the_start(self):
+        assert tasks.loosen("Set a timer for 7 minutes.") == "set a timer for 7 minutes"
+        assert tasks.loosen("12 hours in minutes?") == "12 hours in minutes"
+        assert tasks.loosen("Sort these: 3, 1") == "sort these: 3, 1"
+        assert tasks.loosen("Context: Kim paid.\nQuestion: Who?") == "context: Kim paid.\nQuestion: Who"
+
+    def test_random_forms(self):
+        rng = random.Random(0)
+        forms = {tasks.loosen("Set a timer for 7 minutes.", rng) for _ in range(200)}
+        assert forms == {"Set a timer for 7 minutes", "set a timer for 7 minutes.", "set a timer for 7 minutes"}
+
+    def test_every_heldout_question_changes(self):
+        assert all(tasks.loosen(ex.prompt) != ex.prompt for ex in tasks.make_examples("heldout", 500))
+
+    def test_loosened_training_prompts_are_never_heldout_prompts(self):
+        heldout = {e.prompt for e in itertools.islice(tasks.iter_examples("heldout"), 5000)}
+        rng = random.Random(1)
+        train = list(itertools.islice(tasks.iter_examples("train"), 10000))
+        loosened = {tasks.loosen(e.prompt, rng) for e in train} | {tasks.loosen(e.prompt) for e in train}
+        assert len(heldout) > 2000 and len(loosened) > 5000 and not loosened & heldout
 
 
 class TestChatFormat:

@@ -18,6 +18,7 @@ Examples:
   unmask eval --family tool_call --limit 40 --threshold 0.9 --cache dual
   unmask eval ./my-int4 --cache none --steps 40 --json > eval.json
   unmask eval --follow-up 2                     # each question after two earlier chat turns
+  unmask eval --loose                           # questions typed loosely: "what is 7 + 5"
 """
 
 
@@ -36,8 +37,10 @@ def _families(values: tuple[str, ...]) -> list[str]:
 @click.option("--answers", is_flag=True, help="With --json: also list every prompt, answer and prediction.")
 @click.option("--follow-up", type=click.IntRange(0, 8), default=0, show_default=True, metavar="N",
               help="Ask each question after N earlier answered chat turns, as a follow-up in `unmask chat`.")
+@click.option("--loose", is_flag=True,
+              help="Ask each question as people type in a chat: no final punctuation, lowercase first letter.")
 @generation_options
-def command(package, families, limit, as_json, answers, follow_up, device, threads, verbose, **flags):
+def command(package, families, limit, as_json, answers, follow_up, loose, device, threads, verbose, **flags):
     """Score a package by exact match on held-out examples of the tasks it was trained on.
 
     PKG is a package folder with a tasks.json naming its task families; without it
@@ -58,13 +61,14 @@ def command(package, families, limit, as_json, answers, follow_up, device, threa
     config = _prepare(loaded, spec, overrides, verbose=verbose)
     progress = _progress if sys.stderr.isatty() and not as_json else None
     report = evaluation.evaluate(loaded, families=chosen, limit=limit, on_answer=progress, follow_up=follow_up,
-                                 **as_overrides(config))
+                                 loose=loose, **as_overrides(config))
     if progress is not None:
         echo_err("")
     if as_json:
         click.echo(json.dumps(report.to_dict(answers=answers), indent=2))
         return
-    click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples, "
+    phrasing = " typed loosely" if loose else ""
+    click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples{phrasing}, "
                f"{_settings_line(report.config)}")
     click.echo(evaluation.format_table(report))
 
