@@ -12,6 +12,8 @@ each row below on the same held-out examples (unmask.evaluate):
     int8  threshold 0.9, cache dual                          (Fast-dLLM parallel decoding + reuse)
     int8  threshold 0.7, cache dual
     int8  threshold 0.5, cache dual
+    int8  low_confidence, steps = gen_length, cache none, questions typed loosely
+          (`unmask eval --loose`: no final punctuation, lowercase first letter)
 
 and prints one markdown table: accuracy overall and per family, tokens per forward
 (overall and on tool_call) and tokens per second.
@@ -39,6 +41,7 @@ ROWS = (
     ("int8", "threshold 0.9, cache dual", dict(BASELINE, threshold=0.9, cache="dual")),
     ("int8", "threshold 0.7, cache dual", dict(BASELINE, threshold=0.7, cache="dual")),
     ("int8", "threshold 0.5, cache dual", dict(BASELINE, threshold=0.5, cache="dual")),
+    ("int8", "low_confidence, steps = gen_length, cache none, typed loosely", dict(BASELINE, loose=True)),
 )
 
 

@@ -168,6 +168,19 @@ class TestBatches:
                 alone = model.hidden_states(batch.ids[where][None])[0]
                 torch.testing.assert_close(packed[where], alone, rtol=1e-4, atol=1e-5)
 
+    def test_some_prompts_are_typed_loosely(self, tokenizer):
+        examples = tasks.make_examples("train", 300)
+        for rate, low, high in ((0.0, 0, 0), (0.3, 40, 140), (1.0, 200, 300)):
+            batcher = Batcher(tokenizer, TrainConfig(out="unused", loose_rate=rate))
+            loose = 0
+            for ex in examples:
+                text = tokenizer.decode(batcher.prompt(ex), skip_special_tokens=False)
+                if text != tasks.chat_prompt(ex.prompt):
+                    loose += 1
+                    user = text.split("user" + tasks.END_HEADER + "\n\n", 1)[1].split(tasks.EOT, 1)[0]
+                    assert user != ex.prompt and tasks.loosen(user) == tasks.loosen(ex.prompt)
+            assert low <= loose <= high, (rate, loose)
+
     def test_some_prompts_follow_earlier_turns(self, tokenizer):
         batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, pack_width=0, length_buckets=1))
         ids = special_ids(tokenizer)
@@ -216,6 +229,7 @@ class TestTrainSmoke:
         model = load_reference(out)
         assert isinstance(model, LladaModel)
         assert set(summary["heldout_exact_match"]) == set(tasks.FAMILIES) | {"overall"}
+        assert set(summary["heldout_exact_match_loose"]) == set(tasks.FAMILIES) | {"overall"}
 
     def test_bf16_autocast_trains_fp32_weights(self, tmp_path):
         summary = train(TrainConfig(out=str(tmp_path / "bf16"), precision="bf16", **dict(TINY, max_steps=2)))
@@ -246,8 +260,9 @@ class TestTrainSmoke:
         assert main(["--out", str(out), "--family-weights", "arithmetic=x"]) == 2
         assert main(["--out", str(out), "--precision", "fp8"]) == 2
         assert main(["--out", str(out), "--pack-width", "-1"]) == 2
+        assert main(["--out", str(out), "--loose-rate", "1.5"]) == 2
         err = capsys.readouterr().err
-        assert "not a number" in err and "auto, bf16 or fp32" in err and "pack_width" in err
+        assert "not a number" in err and "auto, bf16 or fp32" in err and "pack_width" in err and "loose_rate" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 
