@@ -67,7 +67,7 @@ def command(package, families, limit, as_json, answers, follow_up, loose, device
     if as_json:
         click.echo(json.dumps(report.to_dict(answers=answers), indent=2))
         return
-    phrasing = " typed loosely" if loose else ""
+    phrasing = " typed loosely" if report.loose else ""
     click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples{phrasing}, "
                f"{_settings_line(report.config)}")
     click.echo(evaluation.format_table(report))
