@@ -21,6 +21,7 @@ from unmask.export.training.train import (
     main,
     parse_family_weights,
     resolve_precision,
+    TRIM_EOS_MAX,
     train,
 )
 
@@ -66,6 +67,47 @@ class TestBatches:
         assert region[2:] == [ids["eot"]] + [ids["eos"]] * (tasks.GEN_LENGTH - 3)
         with pytest.raises(ValueError, match="gen_length"):
             batcher.region("1" * 60)
+
+    def test_trimmed_region_ends_a_few_eos_after_the_answer(self, tokenizer):
+        batcher = Batcher(tokenizer, TrainConfig(out="unused"))
+        ids = special_ids(tokenizer)
+        lengths = set()
+        for _ in range(200):
+            region = batcher.region("42", trim=True)
+            assert region[:3] == batcher.region("42")[:3] and set(region[3:]) == {ids["eos"]}
+            lengths.add(len(region))
+        assert lengths == set(range(4, 4 + TRIM_EOS_MAX))
+        answer = "1" * (tasks.GEN_LENGTH - 2)  # no room for TRIM_EOS_MAX: never longer than gen_length
+        assert {len(batcher.region(answer, trim=True)) for _ in range(50)} <= {tasks.GEN_LENGTH - 1, tasks.GEN_LENGTH}
+
+    @pytest.mark.parametrize("pack_width", [144, 0])
+    def test_trim_rate_shortens_that_share_of_regions(self, tokenizer, pack_width):
+        """trim_rate of the examples end a few EOS after <|eot_id|>; the rest keep the full
+        region; either way the region mask covers exactly the answer region, at the example's end."""
+        cfg = TrainConfig(out="unused", trim_rate=0.75, pack_width=pack_width, length_buckets=1)
+        ids = special_ids(tokenizer)
+        batcher, full, trimmed = Batcher(tokenizer, cfg), 0, 0
+        for _ in range(4):
+            batch = batcher.next(64)
+            for n in range(batch.examples):
+                where = batch.example == n
+                tokens, region = batch.ids[where].tolist(), batch.region[where].tolist()
+                length = sum(region)
+                assert region == [False] * (len(tokens) - length) + [True] * length
+                answer = tokens[len(tokens) - length:]
+                assert ids["eot"] in answer and answer.index(ids["eot"]) > 0
+                assert set(answer[answer.index(ids["eot"]) + 1:]) == {ids["eos"]}
+                if length == tasks.GEN_LENGTH:
+                    full += 1
+                else:
+                    trimmed += 1
+                    assert 1 <= length - 1 - answer.index(ids["eot"]) <= TRIM_EOS_MAX
+        assert 0.6 <= trimmed / (full + trimmed) <= 0.9
+
+    def test_trim_rate_zero_keeps_the_data_stream(self, tokenizer):
+        plain = Batcher(tokenizer, TrainConfig(out="unused")).next(32)
+        zero = Batcher(tokenizer, TrainConfig(out="unused", trim_rate=0.0)).next(32)
+        assert torch.equal(plain.ids, zero.ids) and int(plain.region.sum()) == 32 * tasks.GEN_LENGTH
 
     def test_noise_never_touches_the_prompt(self, tokenizer):
         batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0))
@@ -261,8 +303,10 @@ class TestTrainSmoke:
         assert main(["--out", str(out), "--precision", "fp8"]) == 2
         assert main(["--out", str(out), "--pack-width", "-1"]) == 2
         assert main(["--out", str(out), "--loose-rate", "1.5"]) == 2
+        assert main(["--out", str(out), "--trim-rate", "-0.5"]) == 2
         err = capsys.readouterr().err
         assert "not a number" in err and "auto, bf16 or fp32" in err and "pack_width" in err and "loose_rate" in err
+        assert "trim_rate is a probability" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 
