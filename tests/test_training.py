@@ -104,18 +104,17 @@ class TestBatches:
                     assert 1 <= length - 1 - answer.index(ids["eot"]) <= TRIM_EOS_MAX
         assert 0.6 <= trimmed / (full + trimmed) <= 0.9
 
-    def test_trim_rate_zero_keeps_the_data_stream(self, tokenizer):
-        plain = Batcher(tokenizer, TrainConfig(out="unused")).next(32)
-        zero = Batcher(tokenizer, TrainConfig(out="unused", trim_rate=0.0)).next(32)
-        assert torch.equal(plain.ids, zero.ids) and int(plain.region.sum()) == 32 * tasks.GEN_LENGTH
+    def test_trim_rate_zero_pads_every_region_to_gen_length(self, tokenizer):
+        batch = Batcher(tokenizer, TrainConfig(out="unused", trim_rate=0.0)).next(32)
+        assert int(batch.region.sum()) == 32 * tasks.GEN_LENGTH
 
     def test_noise_never_touches_the_prompt(self, tokenizer):
-        batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0))
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0, trim_rate=0.5))
         batch = batcher.next(16)
         ids = batch.ids
         noisy, masked, t = add_noise(batch, 2, 1e-3, torch.Generator().manual_seed(0))
-        prompt = slice(0, ids.shape[1] - tasks.GEN_LENGTH)
-        assert torch.equal(noisy[:, prompt], ids[:, prompt]) and not masked[:, prompt].any()
+        prompt = ~batch.region
+        assert torch.equal(noisy[prompt], ids[prompt]) and not masked[prompt].any()
         assert masked.any() and torch.all(noisy[masked] == 2)
         assert t.shape == (16,) and bool(((t > 0) & (t <= 1)).all())
 
@@ -181,7 +180,7 @@ class TestBatches:
     def test_packed_rows_hold_whole_examples_that_see_only_themselves(self, tokenizer):
         """pack_width packs a step's examples into shared rows: each example is one contiguous
         run with positions from 0 and its answer region at its end, and attends only to itself."""
-        cfg = TrainConfig(out="unused", pack_width=144, history_rate=0.1)
+        cfg = TrainConfig(out="unused", pack_width=144, history_rate=0.1, trim_rate=0.0)
         batch = Batcher(tokenizer, cfg).next(64)
         assert batch.examples == 64 and batch.ids.shape[0] < 64 and batch.attention.dim() == 3
         ids = special_ids(tokenizer)
@@ -224,7 +223,8 @@ class TestBatches:
             assert low <= loose <= high, (rate, loose)
 
     def test_some_prompts_follow_earlier_turns(self, tokenizer):
-        batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, pack_width=0, length_buckets=1))
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", history_rate=0.5, pack_width=0, length_buckets=1,
+                                                 trim_rate=0.0))
         ids = special_ids(tokenizer)
         ids_batch = batcher.next(64).ids
         headers = (ids_batch[:, :-tasks.GEN_LENGTH] == ids["eot"]).sum(1)  # one <|eot_id|> per finished message
