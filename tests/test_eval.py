@@ -29,10 +29,10 @@ SCORE_KEYS = {"name", "examples", "correct", "nfe", "tokens", "seconds", "accura
               "tokens_per_second"}
 ACCURACY_LIMIT = 50  # held-out examples in the accuracy check (10 per family)
 TARGET = 0.90  # issue 7: the shipped model's held-out exact match on ACCURACY_LIMIT examples
-# The shipped package measured 36/50 overall and 10/10 on tool_call with `unmask eval --limit 50
+# The shipped package measured 37/50 overall and 10/10 on tool_call with `unmask eval --limit 50
 # --threads 2` (greedy, fixed held-out set, so deterministic on one machine); the floor
 # leaves a small margin for other CPUs' float rounding. A drop below it means the export or runtime broke it.
-FLOOR = {"overall": 31, "tool_call": 9}  # correct answers out of 50 overall / 10 per family
+FLOOR = {"overall": 33, "tool_call": 9}  # correct answers out of 50 overall / 10 per family
 
 
 @pytest.fixture(scope="module")
