@@ -80,7 +80,7 @@ class TrainConfig:
     # inference decodes. At batch 64, 0.75 made a step 0.36 s instead of 0.45 (71.8% after the hour, against 71.6%
     # untrimmed); with batch 32 (0.19 s/step, 17,120 steps) it reached 78.0%
     loose_rate: float = 0.0  # share of prompts typed loosely (tasks.loosen: no final mark, lowercase start). The
-    # shipped model (0) answers 7.5% of held-out questions typed loosely; 0.3 gave 56% typed loosely but 60% (not 72%)
+    # shipped model (0) answers 13% of held-out questions typed loosely; 0.3 (batch 64) gave 56% but 60% (not 72%)
     # in the templates' phrasing after the same hour
     # optimisation
     precision: str = "fp32"  # fp32 | bf16 (autocast, ~1.6x faster steps here) | auto (bf16 where the CPU has it)
