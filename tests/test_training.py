@@ -14,6 +14,7 @@ from unmask.export.training.tokenizer import special_ids, train_tokenizer
 from unmask.export.training.train import (
     Batch,
     Batcher,
+    TRIM_EOS_MAX,
     TrainConfig,
     add_noise,
     diffusion_loss,
@@ -21,7 +22,6 @@ from unmask.export.training.train import (
     main,
     parse_family_weights,
     resolve_precision,
-    TRIM_EOS_MAX,
     train,
 )
 
