@@ -156,14 +156,16 @@ def tool_call(rng: random.Random) -> Example:
     return Example("tool_call", prompt, _tool("set_device", device=device, room=room, state=state))
 
 
-def arithmetic(rng: random.Random) -> Example:
+def arithmetic(rng: random.Random, operand: Callable[[random.Random], int] | None = None) -> Example:
+    """A sum, difference or product; `operand` draws the terms of sums and differences
+    (default: uniform over 0..999, which the held-out split is made of)."""
     op = rng.choice("+-*")
     if op == "*":  # product of at most 3 digits: a 1-2 digit number times a digit
         a, b = rng.randint(2, 99), rng.randint(2, 9)
         a, b = (a, b) if rng.random() < 0.5 else (b, a)
         value = a * b
     else:
-        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        a, b = (operand(rng), operand(rng)) if operand else (rng.randint(0, 999), rng.randint(0, 999))
         if op == "-" and b > a:
             a, b = b, a
         value = a + b if op == "+" else a - b

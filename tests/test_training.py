@@ -3,6 +3,7 @@
 import itertools
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -169,6 +170,27 @@ class TestBatches:
         assert len({ex.answer for ex in copies}) > 0.9 * len(copies)
         assert {"Paris", "Anna"} & {item for ex in copies for item in ex.answer.replace(",", " ").split()}
 
+    def test_short_arithmetic_drill_spreads_digit_counts_and_never_asks_heldout(self, tokenizer):
+        """The training-only "arith_short" family asks the arithmetic family's questions with
+        1-, 2- and 3-digit terms in equal shares (uniform 0..999 gives 3 digits nine times in
+        ten), answers them right, and draws train-split prompts only."""
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="arith_short=1"))
+        drawn = batcher.draw(3000)
+        assert {ex.family for ex in drawn} == {"arith_short"} and "arith_short" not in tasks.FAMILIES
+        ops = {"+": int.__add__, "plus": int.__add__, "-": int.__sub__, "minus": int.__sub__,
+               "*": int.__mul__, "times": int.__mul__}
+        lengths = []
+        for ex in drawn:
+            a, op, b = re.search(r"(\d+) (\S+) (\d+)", ex.prompt).groups()
+            assert int(ex.answer) == ops[op](int(a), int(b)) >= 0
+            assert tasks.split_of(ex.prompt) == "train"
+            if op not in ("*", "times"):
+                lengths += [len(a), len(b)]
+        shares = [lengths.count(n) / len(lengths) for n in (1, 2, 3)]
+        assert all(0.29 <= share <= 0.38 for share in shares), shares
+        heldout = {ex.prompt for ex in itertools.islice(tasks.iter_examples("heldout", families=["arithmetic"]), 3000)}
+        assert not heldout & {ex.prompt for ex in drawn}
+
     def test_length_grouping_cuts_padding(self, tokenizer):
         def padding(buckets):
             batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0, length_buckets=buckets))
@@ -278,6 +300,20 @@ class TestTrainSmoke:
         assert summary["precision"] == "bf16" and math.isfinite(summary["last_loss"])
         tensors = CheckpointTensors(tmp_path / "bf16")
         assert {info.dtype for info in tensors.tensors.values()} == {"F32"}  # master weights stay fp32
+
+    @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch's own import
+    def test_compiled_forward_trains_the_same_weights(self, tmp_path):
+        """--compile changes how the forward runs, not what it computes: the same seed gives
+        the same loss and, after two steps, the same weights as eager (to float rounding)."""
+        tiny = dict(TINY, max_steps=2)
+        eager = train(TrainConfig(out=str(tmp_path / "eager"), **tiny))
+        compiled = train(TrainConfig(out=str(tmp_path / "compiled"), compile=True, **tiny))
+        assert compiled["train_config"]["compile"] is True
+        assert compiled["last_loss"] == pytest.approx(eager["last_loss"], rel=1e-4)
+        a, b = CheckpointTensors(tmp_path / "eager"), CheckpointTensors(tmp_path / "compiled")
+        assert set(a.tensors) == set(b.tensors)
+        for name in a.tensors:
+            assert torch.allclose(torch.from_numpy(a.read(name)), torch.from_numpy(b.read(name)), atol=1e-5), name
 
     def test_one_example_per_row_trains(self, tmp_path):
         """The default packs examples into shared rows; pack_width 0 batches one per row."""
