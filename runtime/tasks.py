@@ -156,7 +156,11 @@ def tool_call(rng: random.Random) -> Example:
     return Example("tool_call", prompt, _tool("set_device", device=device, room=room, state=state))
 
 
-def arithmetic(rng: random.Random, operand: Callable[[random.Random], int] | None = None) -> Example:
+def _uniform_operand(rng: random.Random) -> int:
+    return rng.randint(0, 999)
+
+
+def arithmetic(rng: random.Random, operand: Callable[[random.Random], int] = _uniform_operand) -> Example:
     """A sum, difference or product; `operand` draws the terms of sums and differences
     (default: uniform over 0..999, which the held-out split is made of)."""
     op = rng.choice("+-*")
@@ -165,7 +169,7 @@ def arithmetic(rng: random.Random, operand: Callable[[random.Random], int] | Non
         a, b = (a, b) if rng.random() < 0.5 else (b, a)
         value = a * b
     else:
-        a, b = (operand(rng), operand(rng)) if operand else (rng.randint(0, 999), rng.randint(0, 999))
+        a, b = operand(rng), operand(rng)
         if op == "-" and b > a:
             a, b = b, a
         value = a + b if op == "+" else a - b

@@ -10,6 +10,7 @@ import jinja2
 import pytest
 
 from unmask import tasks
+from arithmetic_prompts import read_question
 
 
 class TestGenerator:
@@ -38,19 +39,14 @@ class TestGenerator:
         assert names == {"get_weather", "set_timer", "send_message", "create_event", "set_thermostat", "set_device"}
 
     def test_arithmetic_answers(self):
-        ops = {"+": int.__add__, "plus": int.__add__, "-": int.__sub__, "minus": int.__sub__,
-               "*": int.__mul__, "times": int.__mul__}
         for ex in tasks.make_examples("train", 200, families=["arithmetic"]):
-            a, op, b = re.search(r"(\d+) (\S+) (\d+)", ex.prompt).groups()
-            assert int(ex.answer) == ops[op](int(a), int(b)) >= 0
+            assert int(ex.answer) == read_question(ex.prompt)[3] >= 0
 
     def test_arithmetic_operand_drawer_sets_the_terms_of_sums_and_differences(self):
-        symbol = {"plus": "+", "minus": "-", "times": "*"}
         rng, seen = random.Random(3), set()
         for _ in range(60):
             ex = tasks.arithmetic(rng, lambda r: 7)
-            a, op, b = re.search(r"(\d+) (\S+) (\d+)", ex.prompt).groups()
-            op = symbol.get(op, op)
+            a, op, b, _ = read_question(ex.prompt)
             seen.add(op)
             if op != "*":
                 assert (a, b) == ("7", "7") and ex.answer == {"+": "14", "-": "0"}[op]

@@ -149,8 +149,8 @@ def short_arithmetic_example(rng: random.Random) -> tasks.Example:
             return replace(example, family="arith_short")
 
 
-TRAINING_ONLY = {"copy": copy_example, "arith_short": short_arithmetic_example}  # extra families
-# --family-weights may draw
+# extra families --family-weights may draw
+TRAINING_ONLY = {"copy": copy_example, "arith_short": short_arithmetic_example}
 
 
 def _training_only_stream(family: str, seed: int):
