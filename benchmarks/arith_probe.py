@@ -6,9 +6,10 @@ The held-out arithmetic family draws its terms uniformly from 0..999, so nine in
 are 3-digit and one overall score hides which shapes fail. This asks `--per-shape`
 questions of each shape (a + b and a - b with 1-, 2- and 3-digit terms, a >= b for
 differences; a 1-2 digit number times a digit), in the task's own phrasings and only
-prompts of the held-out split, and prints per shape: exact match, how often the answer
-has the right number of digits, and, among those, how often each place (ones, tens,
-hundreds, thousands) is right. PKG defaults to the embedded model; decoding defaults to
+prompts of the held-out split, and prints per shape: exact match, exact match apart for
+answers shorter than the longer term, as long, and longer (a difference that loses
+digits, a sum that carries out), how often the answer has the right number of digits,
+and, among those, how often each place (ones, tens, hundreds, thousands) is right. PKG defaults to the embedded model; decoding defaults to
 the package's, gen_length from its tasks.json in one block (as `unmask eval`).
 """
 
@@ -70,24 +71,29 @@ def main() -> None:
     print(f"{model.package.folder} ({model.manifest.precision}), {args.per_shape} held-out questions per shape, "
           f"algorithm {cfg.algorithm}, threshold {cfg.threshold}, cache {cfg.cache}")
     print()
-    print("| shape | exact | length right | " + " | ".join(PLACES) + " |")
-    print("|---|---|---|" + "---|" * len(PLACES))
+    print("| shape | exact | answer shorter | as long | longer | length right | " + " | ".join(PLACES) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(PLACES))
     for shape in SHAPES:
         pairs = questions(shape, args.per_shape, rng)
+        op, da, db = shape
         exact = length = 0
         right, seen = [0] * len(PLACES), [0] * len(PLACES)
+        by_length = {-1: [0, 0], 0: [0, 0], 1: [0, 0]}  # answer digits vs the longer term's: [exact, asked]
         for prompt, answer in pairs:
             got = model.generate(messages=[{"role": "user", "content": prompt}], config=cfg).text.strip()
             exact += got == answer
+            group = by_length[(len(answer) > max(da, db)) - (len(answer) < max(da, db))]
+            group[0] += got == answer
+            group[1] += 1
             if len(got) == len(answer):
                 length += 1
                 for place, (g, w) in enumerate(zip(reversed(got), reversed(answer))):
                     right[place] += g == w
                     seen[place] += 1
-        op, da, db = shape
         cells = [f"{r / s:.0%} ({s})" if s else "-" for r, s in zip(right, seen)]
-        print(f"| {da}-digit {op} {db}-digit | {exact / len(pairs):.0%} | {length / len(pairs):.0%} | "
-              + " | ".join(cells) + " |", flush=True)
+        groups = [f"{r / s:.0%} ({s})" if s else "-" for r, s in by_length.values()]
+        print(f"| {da}-digit {op} {db}-digit | {exact / len(pairs):.0%} | " + " | ".join(groups)
+              + f" | {length / len(pairs):.0%} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
