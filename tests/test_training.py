@@ -338,9 +338,13 @@ class TestTrainSmoke:
         assert main(["--out", str(out), "--pack-width", "-1"]) == 2
         assert main(["--out", str(out), "--loose-rate", "1.5"]) == 2
         assert main(["--out", str(out), "--trim-rate", "-0.5"]) == 2
+        assert main(["--out", str(out), "--final-eval-per-family", "200"]) == 2  # more than the split holds
+        assert main(["--out", str(out), "--eval-per-family", "0"]) == 2
         err = capsys.readouterr().err
         assert "not a number" in err and "auto, bf16 or fp32" in err and "pack_width" in err and "loose_rate" in err
         assert "trim_rate is a probability" in err
+        assert "use a smaller --final-eval-per-family" in err and "short families: ['units']" in err
+        assert "--eval-per-family must be at least 1, got 0" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 

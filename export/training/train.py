@@ -430,6 +430,18 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def heldout_set(per_family: int, seed: int, flag: str) -> list[tasks.Example]:
+    """`per_family` distinct held-out examples of each family, or an error naming the flag to lower
+    (unit conversions have the fewest distinct held-out prompts: 100 each fit, 150 do not)."""
+    if per_family < 1:
+        raise ValueError(f"{flag} must be at least 1, got {per_family}")
+    try:
+        return tasks.make_examples("heldout", per_family * len(tasks.FAMILIES), seed)
+    except ValueError as exc:
+        raise ValueError(f"{flag} {per_family} asks for more held-out examples than the split has ({exc}); "
+                         f"use a smaller {flag}") from None
+
+
 def train(cfg: TrainConfig) -> dict:
     precision = resolve_precision(cfg.precision)  # bad settings fail before the output folder exists
     parse_family_weights(cfg.family_weights)
@@ -438,6 +450,9 @@ def train(cfg: TrainConfig) -> dict:
             raise ValueError(f"{name} is a probability in [0, 1], got {getattr(cfg, name)}")
     if cfg.pack_width < 0:
         raise ValueError(f"pack_width is a row length in tokens (0 = no packing), got {cfg.pack_width}")
+    # both evaluation sets are drawn now, so a size the held-out split cannot fill fails before the hour, not after
+    quick = heldout_set(cfg.eval_per_family, cfg.seed, "--eval-per-family")
+    final = heldout_set(cfg.final_eval_per_family, cfg.seed, "--final-eval-per-family")
     out = prepare_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -460,7 +475,6 @@ def train(cfg: TrainConfig) -> dict:
         f"{precision} training, config {json.dumps(asdict(cfg))}")
 
     batcher = Batcher(tokenizer, cfg)
-    quick = tasks.make_examples("heldout", cfg.eval_per_family * len(tasks.FAMILIES), cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     budget = cfg.minutes * 60.0
@@ -492,7 +506,6 @@ def train(cfg: TrainConfig) -> dict:
             last_eval = time.monotonic()
 
     model.save_pretrained(out)
-    final = tasks.make_examples("heldout", cfg.final_eval_per_family * len(tasks.FAMILIES), cfg.seed)
     accuracy = evaluate(model, batcher, final)
     loose = evaluate(model, batcher, [replace(ex, prompt=tasks.loosen(ex.prompt)) for ex in final])
     summary = {"steps": step, "last_loss": loss.item() if step else None, "parameters": parameter_count(model),
