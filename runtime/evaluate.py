@@ -223,7 +223,11 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
     spec = read_task_spec(model.package.folder)
     chosen = choose_families(spec, families)
     cfg = eval_config(model, spec, config, **overrides)
-    examples = tasks.make_examples("heldout", limit, families=chosen)
+    try:
+        examples = tasks.make_examples("heldout", limit, families=chosen)
+    except ValueError as exc:  # more than the held-out split holds (unit conversions run out first)
+        raise ConfigError(f"limit {limit} asks for more held-out examples than the split has ({exc}); "
+                          f"use a smaller limit or other families") from None
     earlier = tasks.make_examples("heldout", max(limit, follow_up + 1), seed=1) if follow_up else []
     answers = []
     for index, example in enumerate(examples):

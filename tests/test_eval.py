@@ -105,6 +105,10 @@ class TestEvaluate:
         with pytest.raises(unmask.ConfigError, match="limit"):
             evaluate(embedded, limit=limit)
 
+    def test_limit_beyond_the_heldout_split(self, embedded):
+        with pytest.raises(unmask.ConfigError, match=r"limit 1000 asks for more .*\['units'\].*smaller limit"):
+            evaluate(embedded, families=["units"], limit=1000)
+
     def test_bad_setting_is_rejected_before_generating(self, embedded):
         with pytest.raises(unmask.ConfigError, match="block_length"):
             evaluate(embedded, limit=1, block_length=7)
