@@ -189,6 +189,30 @@ class TestBatches:
         heldout = {ex.prompt for ex in itertools.islice(tasks.iter_examples("heldout", families=["arithmetic"]), 3000)}
         assert not heldout & {ex.prompt for ex in drawn}
 
+    def test_sums_drill_adds_two_and_three_digit_terms_and_never_asks_heldout(self, tokenizer):
+        """The training-only "sums" family asks sums of two 2- or 3-digit terms (3 digits two
+        times in three), answers them right, and draws train-split prompts only."""
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="sums=1"))
+        drawn = batcher.draw(3000)
+        assert {ex.family for ex in drawn} == {"sums"} and "sums" not in tasks.FAMILIES
+        lengths = []
+        for ex in drawn:
+            a, op, b, value = read_question(ex.prompt)
+            assert op == "+" and int(ex.answer) == value
+            assert tasks.split_of(ex.prompt) == "train"
+            lengths += [len(a), len(b)]
+        assert set(lengths) == {2, 3} and 0.63 <= lengths.count(3) / len(lengths) <= 0.70
+        assert 0.2 <= sum("plus" in ex.prompt for ex in drawn) / len(drawn) <= 0.3
+        heldout = {ex.prompt for ex in itertools.islice(tasks.iter_examples("heldout", families=["arithmetic"]), 3000)}
+        assert not heldout & {ex.prompt for ex in drawn}
+
+    def test_reweigh_draws_the_new_families_from_then_on(self, tokenizer):
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="units=1"))
+        assert {ex.family for ex in batcher.draw(200)} == {"units"}
+        batcher.reweigh("units=0,sums=1,list=3")
+        drawn = [ex.family for ex in batcher.draw(4000)]
+        assert set(drawn) == {"sums", "list"} and 0.72 <= drawn.count("list") / len(drawn) <= 0.78
+
     def test_length_grouping_cuts_padding(self, tokenizer):
         def padding(buckets):
             batcher = Batcher(tokenizer, TrainConfig(out="unused", pack_width=0, length_buckets=buckets))
@@ -313,6 +337,34 @@ class TestTrainSmoke:
         for name in a.tensors:
             assert torch.allclose(torch.from_numpy(a.read(name)), torch.from_numpy(b.read(name)), atol=1e-5), name
 
+    def test_ema_checkpoint_holds_the_average_of_the_steps_weights(self, tmp_path):
+        """With ema_decay d the first step's weights are copied and each later step blends in
+        (1 - d) of the new ones: after two steps at d = 0.25 the checkpoint is 0.25 w1 + 0.75 w2,
+        where w1, w2 are what one and two plain steps of the same seed write. The raw weights
+        are scored beside it."""
+        one = dict(TINY, max_steps=1)
+        train(TrainConfig(out=str(tmp_path / "w1"), **one))
+        train(TrainConfig(out=str(tmp_path / "w2"), **dict(TINY, max_steps=2)))
+        summary = train(TrainConfig(out=str(tmp_path / "ema"), ema_decay=0.25, **dict(TINY, max_steps=2)))
+        assert set(summary["heldout_exact_match_raw_weights"]) == set(tasks.FAMILIES) | {"overall"}
+        w1, w2, ema = (CheckpointTensors(tmp_path / name) for name in ("w1", "w2", "ema"))
+        moved = 0
+        for name in w1.tensors:
+            a, b, got = (torch.from_numpy(t.read(name)) for t in (w1, w2, ema))
+            assert torch.allclose(got, 0.25 * a + 0.75 * b, atol=1e-6), name
+            moved += not torch.allclose(got, b, atol=1e-6)
+        assert moved > len(w1.tensors) // 2  # the average is not simply the last weights
+        train(TrainConfig(out=str(tmp_path / "ema1"), ema_decay=0.25, **one))  # one step: the copy
+        for name in w1.tensors:
+            assert torch.equal(torch.from_numpy(CheckpointTensors(tmp_path / "ema1").read(name)),
+                               torch.from_numpy(w1.read(name))), name
+
+    def test_late_family_weights_take_over_at_their_share_of_the_budget(self, tmp_path, capsys):
+        summary = train(TrainConfig(out=str(tmp_path / "late"), late_at=0.0,
+                                    late_family_weights="arithmetic=1,sums=1", **dict(TINY, max_steps=2)))
+        assert summary["steps"] == 2 and summary["train_config"]["late_family_weights"] == "arithmetic=1,sums=1"
+        assert "step 0: family weights from now on arithmetic=1,sums=1" in capsys.readouterr().out
+
     def test_one_example_per_row_trains(self, tmp_path):
         """The default packs examples into shared rows; pack_width 0 batches one per row."""
         assert TrainConfig().pack_width > 0
@@ -340,11 +392,16 @@ class TestTrainSmoke:
         assert main(["--out", str(out), "--trim-rate", "-0.5"]) == 2
         assert main(["--out", str(out), "--final-eval-per-family", "200"]) == 2  # more than the split holds
         assert main(["--out", str(out), "--eval-per-family", "0"]) == 2
+        assert main(["--out", str(out), "--ema-decay", "1"]) == 2
+        assert main(["--out", str(out), "--late-family-weights", "sum=1"]) == 2
+        assert main(["--out", str(out), "--late-family-weights", "sums=1", "--late-at", "2"]) == 2
         err = capsys.readouterr().err
         assert "not a number" in err and "auto, bf16 or fp32" in err and "pack_width" in err and "loose_rate" in err
         assert "trim_rate is a probability" in err
         assert "use a smaller --final-eval-per-family" in err and "short families: ['units']" in err
         assert "--eval-per-family must be at least 1, got 0" in err
+        assert "bad family weight 'sum=1'" in err and "late_at is a probability in [0, 1], got 2.0" in err
+        assert "ema_decay is the share of the average kept per step, in [0, 1) (0 = off), got 1.0" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 
