@@ -342,9 +342,10 @@ class TestTrainSmoke:
         (1 - d) of the new ones: after two steps at d = 0.25 the checkpoint is 0.25 w1 + 0.75 w2,
         where w1, w2 are what one and two plain steps of the same seed write. The raw weights
         are scored beside it."""
+        assert TrainConfig().ema_decay == 0.999  # the shipped recipe averages
         one = dict(TINY, max_steps=1)
-        train(TrainConfig(out=str(tmp_path / "w1"), **one))
-        train(TrainConfig(out=str(tmp_path / "w2"), **dict(TINY, max_steps=2)))
+        train(TrainConfig(out=str(tmp_path / "w1"), ema_decay=0.0, **one))
+        train(TrainConfig(out=str(tmp_path / "w2"), ema_decay=0.0, **dict(TINY, max_steps=2)))
         summary = train(TrainConfig(out=str(tmp_path / "ema"), ema_decay=0.25, **dict(TINY, max_steps=2)))
         assert set(summary["heldout_exact_match_raw_weights"]) == set(tasks.FAMILIES) | {"overall"}
         w1, w2, ema = (CheckpointTensors(tmp_path / name) for name in ("w1", "w2", "ema"))
