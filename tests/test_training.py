@@ -170,41 +170,41 @@ class TestBatches:
         assert len({ex.answer for ex in copies}) > 0.9 * len(copies)
         assert {"Paris", "Anna"} & {item for ex in copies for item in ex.answer.replace(",", " ").split()}
 
-    def test_short_arithmetic_drill_spreads_digit_counts_and_never_asks_heldout(self, tokenizer):
-        """The training-only "arith_short" family asks the arithmetic family's questions with
-        1-, 2- and 3-digit terms in equal shares (uniform 0..999 gives 3 digits nine times in
-        ten), answers them right, and draws train-split prompts only."""
-        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="arith_short=1"))
+    @staticmethod
+    def _arithmetic_drill(tokenizer, family: str):
+        """3000 questions of a training-only arithmetic drill as (a, op, b) digit strings, after
+        checking what every such drill owes: right answers, train-split prompts only, none of
+        them a held-out question."""
+        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights=f"{family}=1"))
         drawn = batcher.draw(3000)
-        assert {ex.family for ex in drawn} == {"arith_short"} and "arith_short" not in tasks.FAMILIES
-        lengths = []
+        assert {ex.family for ex in drawn} == {family} and family not in tasks.FAMILIES
+        terms = []
         for ex in drawn:
             a, op, b, value = read_question(ex.prompt)
             assert int(ex.answer) == value >= 0
             assert tasks.split_of(ex.prompt) == "train"
-            if op != "*":
-                lengths += [len(a), len(b)]
-        shares = [lengths.count(n) / len(lengths) for n in (1, 2, 3)]
-        assert all(0.29 <= share <= 0.38 for share in shares), shares
+            terms.append((a, op, b))
         heldout = {ex.prompt for ex in itertools.islice(tasks.iter_examples("heldout", families=["arithmetic"]), 3000)}
         assert not heldout & {ex.prompt for ex in drawn}
+        return drawn, terms
+
+    def test_short_arithmetic_drill_spreads_digit_counts_and_never_asks_heldout(self, tokenizer):
+        """The training-only "arith_short" family asks the arithmetic family's questions with
+        1-, 2- and 3-digit terms in equal shares (uniform 0..999 gives 3 digits nine times in
+        ten)."""
+        _, terms = self._arithmetic_drill(tokenizer, "arith_short")
+        lengths = [len(t) for a, op, b in terms if op != "*" for t in (a, b)]
+        shares = [lengths.count(n) / len(lengths) for n in (1, 2, 3)]
+        assert all(0.29 <= share <= 0.38 for share in shares), shares
 
     def test_sums_drill_adds_two_and_three_digit_terms_and_never_asks_heldout(self, tokenizer):
         """The training-only "sums" family asks sums of two 2- or 3-digit terms (3 digits two
-        times in three), answers them right, and draws train-split prompts only."""
-        batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="sums=1"))
-        drawn = batcher.draw(3000)
-        assert {ex.family for ex in drawn} == {"sums"} and "sums" not in tasks.FAMILIES
-        lengths = []
-        for ex in drawn:
-            a, op, b, value = read_question(ex.prompt)
-            assert op == "+" and int(ex.answer) == value
-            assert tasks.split_of(ex.prompt) == "train"
-            lengths += [len(a), len(b)]
+        times in three), a quarter of them with "plus"."""
+        drawn, terms = self._arithmetic_drill(tokenizer, "sums")
+        assert {op for _, op, _ in terms} == {"+"}
+        lengths = [len(t) for a, _, b in terms for t in (a, b)]
         assert set(lengths) == {2, 3} and 0.63 <= lengths.count(3) / len(lengths) <= 0.70
         assert 0.2 <= sum("plus" in ex.prompt for ex in drawn) / len(drawn) <= 0.3
-        heldout = {ex.prompt for ex in itertools.islice(tasks.iter_examples("heldout", families=["arithmetic"]), 3000)}
-        assert not heldout & {ex.prompt for ex in drawn}
 
     def test_reweigh_draws_the_new_families_from_then_on(self, tokenizer):
         batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="units=1"))
