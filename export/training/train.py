@@ -25,8 +25,9 @@ prompts after earlier chat turns, so follow-up questions in `unmask chat` are an
 may also draw three training-only drills: "copy" (repeat the prompt's items), which every
 task family builds on, "arith_short" (the arithmetic questions with 1-, 2- and 3-digit
 terms in equal shares) and "sums" (sums of two 2- or 3-digit terms), train-split prompts
-only; `--late-family-weights` replaces the weights from `--late-at` of the budget on. `--compile` runs the forward through
-torch.compile (same numbers, about 25% faster steps here once compiled).
+only; `--late-family-weights` replaces the weights from `--late-at` of the budget on.
+`--compile` runs the forward through torch.compile (same numbers, about 25% faster steps
+here once compiled).
 `--ema-decay` checkpoints an exponential moving average of the weights (torch's
 AveragedModel) and scores the raw weights beside it at the end.
 `--precision bf16` runs forward/backward under bf16 autocast (1.6x faster steps on one
@@ -46,7 +47,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -244,17 +245,15 @@ class Batcher:
     def __init__(self, tokenizer, cfg: TrainConfig):
         self.tok, self.cfg = tokenizer, cfg
         self.ids = special_ids(tokenizer)
-        weights = {f: w for f, w in parse_family_weights(cfg.family_weights).items() if w > 0}
-        self.families, self.weights = list(weights), list(weights.values())
-        self.streams = {f: _training_only_stream(f, cfg.seed) if f in TRAINING_ONLY
-                        else tasks.iter_examples("train", cfg.seed, [f]) for f in self.families}
+        self.streams: dict[str, Iterator[tasks.Example]] = {}
+        self.reweigh(cfg.family_weights)
         self.rng = random.Random(cfg.seed)
         self.pending: list[list[list[int]]] = []
         self._cache: dict[str, list[int]] = {}
 
     def reweigh(self, spec: str) -> None:
-        """Draw the families by the weights of `spec` from now on (each family's stream goes on
-        where it was)."""
+        """Draw the families by the weights of `spec` from now on (a family drawn before goes on
+        where its stream was; one new to this batcher starts its stream)."""
         weights = {f: w for f, w in parse_family_weights(spec).items() if w > 0}
         for f in weights:
             if f not in self.streams:
