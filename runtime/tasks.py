@@ -160,10 +160,14 @@ def _uniform_operand(rng: random.Random) -> int:
     return rng.randint(0, 999)
 
 
-def arithmetic(rng: random.Random, operand: Callable[[random.Random], int] = _uniform_operand) -> Example:
+def arithmetic(rng: random.Random, operand: Callable[[random.Random], int] = _uniform_operand,
+               ops: str = "+-*") -> Example:
     """A sum, difference or product; `operand` draws the terms of sums and differences
-    (default: uniform over 0..999, which the held-out split is made of)."""
-    op = rng.choice("+-*")
+    (default: uniform over 0..999, which the held-out split is made of), `ops` the
+    operations drawn from (default all three, which the held-out split is made of)."""
+    if not ops or set(ops) - set("+-*"):
+        raise ValueError(f"ops must be drawn from '+', '-' and '*', got {ops!r}")
+    op = rng.choice(ops)
     if op == "*":  # product of at most 3 digits: a 1-2 digit number times a digit
         a, b = rng.randint(2, 99), rng.randint(2, 9)
         a, b = (a, b) if rng.random() < 0.5 else (b, a)

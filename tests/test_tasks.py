@@ -52,6 +52,14 @@ class TestGenerator:
                 assert (a, b) == ("7", "7") and ex.answer == {"+": "14", "-": "0"}[op]
         assert seen == {"+", "-", "*"}
 
+    def test_arithmetic_ops_restrict_the_operation_and_default_keeps_the_stream(self):
+        assert {read_question(tasks.arithmetic(random.Random(i), ops="-").prompt)[1] for i in range(40)} == {"-"}
+        default = [tasks.arithmetic(random.Random(i)) for i in range(40)]
+        assert default == [tasks.arithmetic(random.Random(i), ops="+-*") for i in range(40)]
+        for bad in ("", "/", "+x"):
+            with pytest.raises(ValueError, match="ops must be drawn from"):
+                tasks.arithmetic(random.Random(0), ops=bad)
+
     def test_heldout_split_is_pinned(self):
         """Reported accuracies are on this exact held-out stream: a generator change that
         moves it must be deliberate (update the digest and re-measure the README table)."""

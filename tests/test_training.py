@@ -206,6 +206,20 @@ class TestBatches:
         assert set(lengths) == {2, 3} and 0.63 <= lengths.count(3) / len(lengths) <= 0.70
         assert 0.2 <= sum("plus" in ex.prompt for ex in drawn) / len(drawn) <= 0.3
 
+    def test_products_and_differences_drills_keep_the_heldout_terms_and_phrasings(self, tokenizer):
+        """The training-only "products" and "differences" families ask only that operation, with
+        the arithmetic family's own terms (a 1-2 digit number times a digit, either order;
+        uniform 0..999 terms, larger first) and all four of its phrasings."""
+        drawn, terms = self._arithmetic_drill(tokenizer, "products")
+        assert {op for _, op, _ in terms} == {"*"}
+        assert all(2 <= min(int(a), int(b)) <= 9 and max(int(a), int(b)) <= 99 for a, _, b in terms)
+        assert 0.4 <= sum(len(a) == 1 for a, _, _ in terms) / len(terms) <= 0.6
+        assert 0.2 <= sum("times" in ex.prompt for ex in drawn) / len(drawn) <= 0.3
+        drawn, terms = self._arithmetic_drill(tokenizer, "differences")
+        assert {op for _, op, _ in terms} == {"-"} and all(int(a) >= int(b) for a, _, b in terms)
+        assert 0.75 <= sum(len(a) == len(b) == 3 for a, _, b in terms) / len(terms) <= 0.87
+        assert {ex.prompt.split()[0] for ex in drawn} == {"What", "Compute", "Calculate"}
+
     def test_reweigh_draws_the_new_families_from_then_on(self, tokenizer):
         batcher = Batcher(tokenizer, TrainConfig(out="unused", family_weights="units=1"))
         assert {ex.family for ex in batcher.draw(200)} == {"units"}

@@ -22,9 +22,10 @@ lowercase start), so those are understood too (off by default: within the hour i
 costs accuracy on the templates' own phrasing). `--history-rate` puts a share of the
 prompts after earlier chat turns, so follow-up questions in `unmask chat` are answered
 (off by default: within the hour it costs first-question accuracy). `--family-weights`
-may also draw three training-only drills: "copy" (repeat the prompt's items), which every
+may also draw training-only drills: "copy" (repeat the prompt's items), which every
 task family builds on, "arith_short" (the arithmetic questions with 1-, 2- and 3-digit
-terms in equal shares) and "sums" (sums of two 2- or 3-digit terms), train-split prompts
+terms in equal shares), "sums" (sums of two 2- or 3-digit terms), "products" and
+"differences" (the arithmetic questions of that one operation), train-split prompts
 only; `--late-family-weights` replaces the weights from `--late-at` of the budget on.
 `--compile` runs the forward through torch.compile (same numbers, about 25% faster steps
 here once compiled).
@@ -181,8 +182,25 @@ def sums_example(rng: random.Random) -> tasks.Example:
             return tasks.Example("sums", prompt, str(a + b))
 
 
+def _one_operation_drill(family: str, ops: str):
+    def example(rng: random.Random) -> tasks.Example:
+        while True:
+            drawn = tasks.arithmetic(rng, ops=ops)
+            if tasks.split_of(drawn.prompt) == "train":
+                return replace(drawn, family=family)
+    example.__doc__ = (f"Training-only family {family!r}: the arithmetic family's questions restricted to "
+                       f"{ops!r}, same terms and phrasings, train-split prompts only.")
+    return example
+
+
+# the arithmetic family's two weakest operations after the sums drill (shipped model: sums 99%,
+# differences 70%, products 61% on train and held-out prompts alike: not learned, not memorized)
+products_example = _one_operation_drill("products", "*")
+differences_example = _one_operation_drill("differences", "-")
+
 # extra families --family-weights may draw
-TRAINING_ONLY = {"copy": copy_example, "arith_short": short_arithmetic_example, "sums": sums_example}
+TRAINING_ONLY = {"copy": copy_example, "arith_short": short_arithmetic_example, "sums": sums_example,
+                 "products": products_example, "differences": differences_example}
 
 
 def _training_only_stream(family: str, seed: int):
