@@ -152,15 +152,23 @@ def _short_operand(rng: random.Random) -> int:
     return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10 ** digits - 1)
 
 
-def short_arithmetic_example(rng: random.Random) -> tasks.Example:
-    """Training-only family "arith_short": the arithmetic family's questions with sums and
+def _arithmetic_drill(family: str, doc: str, **arithmetic_args):
+    """A training-only family drawing tasks.arithmetic(rng, **arithmetic_args) questions, only
+    train-split prompts: the held-out ones stay unseen."""
+    def example(rng: random.Random) -> tasks.Example:
+        while True:
+            drawn = tasks.arithmetic(rng, **arithmetic_args)
+            if tasks.split_of(drawn.prompt) == "train":
+                return replace(drawn, family=family)
+    example.__doc__ = doc
+    return example
+
+
+short_arithmetic_example = _arithmetic_drill(
+    "arith_short", operand=_short_operand,
+    doc="""Training-only family "arith_short": the arithmetic family's questions with sums and
     differences of 1-, 2- and 3-digit terms in equal shares, so the digit-by-digit facts the
-    3-digit questions are built from come up often. Only train-split prompts are drawn: the
-    held-out ones stay unseen."""
-    while True:
-        example = tasks.arithmetic(rng, _short_operand)
-        if tasks.split_of(example.prompt) == "train":
-            return replace(example, family="arith_short")
+    3-digit questions are built from come up often.""")
 
 
 def _sum_operand(rng: random.Random) -> int:
@@ -168,38 +176,21 @@ def _sum_operand(rng: random.Random) -> int:
     return rng.randint(10 ** (digits - 1), 10 ** digits - 1)
 
 
-def sums_example(rng: random.Random) -> tasks.Example:
-    """Training-only family "sums": sums of two 2- or 3-digit terms (3 digits twice as often),
-    in the arithmetic family's sum phrasings, train-split prompts only. Sums of two terms of
-    one length were the shipped arithmetic's weakest shapes."""
-    while True:
-        a, b = _sum_operand(rng), _sum_operand(rng)
-        if rng.random() < 0.25:
-            prompt = f"What is {a} plus {b}?"
-        else:
-            prompt = rng.choice(("What is {} + {}?", "Compute {} + {}.", "Calculate {} + {}.")).format(a, b)
-        if tasks.split_of(prompt) == "train":
-            return tasks.Example("sums", prompt, str(a + b))
-
-
-def _one_operation_drill(family: str, ops: str):
-    def example(rng: random.Random) -> tasks.Example:
-        while True:
-            drawn = tasks.arithmetic(rng, ops=ops)
-            if tasks.split_of(drawn.prompt) == "train":
-                return replace(drawn, family=family)
-    example.__doc__ = (f"Training-only family {family!r}: the arithmetic family's questions restricted to "
-                       f"{ops!r}, same terms and phrasings, train-split prompts only.")
-    return example
-
+sums_example = _arithmetic_drill(
+    "sums", operand=_sum_operand, ops="+",
+    doc="""Training-only family "sums": sums of two 2- or 3-digit terms (3 digits twice as often),
+    in the arithmetic family's phrasings. Sums of two terms of one length were the weakest
+    shapes of the model shipped before it.""")
 
 # the arithmetic family's two weakest operations after the sums drill (shipped model, 200 held-out
 # questions of each: sums 99.5%, differences 70%, products 60.5%, and as many right on train-split
 # prompts: not learned, not memorized). Not in the defaults: products=0.15,differences=0.15 early
 # and 0.5/0.4 late with sums cut to 0.2 gave products 57.5%, differences 54.5%, sums 56.5% (86.8%
 # overall on 500)
-products_example = _one_operation_drill("products", "*")
-differences_example = _one_operation_drill("differences", "-")
+products_example = _arithmetic_drill(
+    "products", ops="*", doc="""Training-only family "products": the arithmetic family's products.""")
+differences_example = _arithmetic_drill(
+    "differences", ops="-", doc="""Training-only family "differences": the arithmetic family's differences.""")
 
 # extra families --family-weights may draw
 TRAINING_ONLY = {"copy": copy_example, "arith_short": short_arithmetic_example, "sums": sums_example,
