@@ -374,6 +374,24 @@ class TestTrainSmoke:
             assert torch.equal(torch.from_numpy(CheckpointTensors(tmp_path / "ema1").read(name)),
                                torch.from_numpy(w1.read(name))), name
 
+    @pytest.mark.parametrize("std", [0.02, 0.1])
+    def test_init_std_draws_every_weight_with_that_spread(self, tmp_path, std):
+        """Zero steps write the initial weights: every matrix and embedding table is N(0, std^2)
+        (norm weights stay 1)."""
+        summary = train(TrainConfig(out=str(tmp_path / "init"), init_std=std, ema_decay=0.0, **dict(TINY, max_steps=0)))
+        assert summary["steps"] == 0 and summary["train_config"]["init_std"] == std
+        tensors = CheckpointTensors(tmp_path / "init")
+        matrices = 0
+        for name in tensors.tensors:
+            w = torch.from_numpy(tensors.read(name))
+            if w.dim() == 1:  # RMSNorm weights
+                assert torch.equal(w, torch.ones_like(w)), name
+                continue
+            matrices += 1
+            assert abs(w.mean().item()) < 0.2 * std and w.std().item() == pytest.approx(std, rel=0.1), name
+        assert matrices >= 7  # embedding, q/k/v/out, three MLP matrices, head
+        assert json.loads((tmp_path / "init" / "config.json").read_text())["init_std"] == std
+
     def test_late_family_weights_take_over_at_their_share_of_the_budget(self, tmp_path, capsys):
         summary = train(TrainConfig(out=str(tmp_path / "late"), late_at=0.0,
                                     late_family_weights="arithmetic=1,sums=1", **dict(TINY, max_steps=2)))
@@ -408,6 +426,7 @@ class TestTrainSmoke:
         assert main(["--out", str(out), "--final-eval-per-family", "200"]) == 2  # more than the split holds
         assert main(["--out", str(out), "--eval-per-family", "0"]) == 2
         assert main(["--out", str(out), "--ema-decay", "1"]) == 2
+        assert main(["--out", str(out), "--init-std", "0"]) == 2
         assert main(["--out", str(out), "--late-family-weights", "sum=1"]) == 2
         assert main(["--out", str(out), "--late-family-weights", "sums=1", "--late-at", "2"]) == 2
         err = capsys.readouterr().err
@@ -417,6 +436,7 @@ class TestTrainSmoke:
         assert "--eval-per-family must be at least 1, got 0" in err
         assert "bad family weight 'sum=1'" in err and "late_at is a probability in [0, 1], got 2.0" in err
         assert "ema_decay is the share of the average kept per step, in [0, 1) (0 = off), got 1.0" in err
+        assert "init_std is a standard deviation > 0, got 0.0" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
 

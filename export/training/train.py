@@ -72,6 +72,8 @@ class TrainConfig:
     n_layers: int = 4
     n_heads: int = 4
     mlp_hidden_size: int = 384
+    init_std: float = 0.02  # std of the normal init of every linear and embedding weight (LLaDA's init_std 0.02);
+    # d_model^-0.5 (0.0884) leaves the early loss plateau sooner but ended at 83.0% in its one full run (README)
     weight_tying: bool = False  # LM head = embedding^T (LLaDA's weight_tying): copying a prompt token is then
     # attention passing its embedding through, not an embedding-to-head map learned from scratch
     vocab_size: int = 1024  # BPE target; the model uses the tokenizer's real size
@@ -444,6 +446,14 @@ def evaluate(model, batcher: Batcher, examples, batch_size: int = 128) -> dict[s
 # ---------------------------------------------------------------------- driver
 
 
+@torch.no_grad()
+def reinit(model, std: float) -> None:
+    """Draw every linear and embedding weight again from N(0, std^2)."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(module.weight, std=std)
+
+
 def prepare_out_dir(cfg: TrainConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and not cfg.overwrite:
@@ -502,6 +512,8 @@ def train(cfg: TrainConfig) -> dict:
     for name in ("history_rate", "loose_rate", "trim_rate", "late_at"):
         if not 0 <= getattr(cfg, name) <= 1:
             raise ValueError(f"{name} is a probability in [0, 1], got {getattr(cfg, name)}")
+    if not cfg.init_std > 0 or math.isinf(cfg.init_std):
+        raise ValueError(f"init_std is a standard deviation > 0, got {cfg.init_std}")
     if not 0 <= cfg.ema_decay < 1:
         raise ValueError(f"ema_decay is the share of the average kept per step, in [0, 1) (0 = off), got {cfg.ema_decay}")
     if cfg.pack_width < 0:
@@ -525,6 +537,9 @@ def train(cfg: TrainConfig) -> dict:
         mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying,
     ))
     model.hf_config["bos_token_id"] = ids["bos"]
+    if cfg.init_std != 0.02:  # 0.02 is LladaModel's own init; any other spread is drawn again
+        reinit(model, cfg.init_std)
+        model.hf_config["init_std"] = cfg.init_std
     # the averaged copy is taken before compiling, so it runs (and evaluates) eagerly
     average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay)) if cfg.ema_decay > 0 else None
     saved = average.module if average is not None else model  # what checkpoints hold and evaluations score
@@ -534,7 +549,9 @@ def train(cfg: TrainConfig) -> dict:
         f"{precision} training, config {json.dumps(asdict(cfg))}")
 
     batcher = Batcher(tokenizer, cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    # fused: one kernel for the whole update (1.4 ms a step here against 4.9 for the default foreach)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay,
+                                  fused=True)
     gen = torch.Generator().manual_seed(cfg.seed)
     budget = cfg.minutes * 60.0
     start = last_eval = time.monotonic()
