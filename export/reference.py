@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -118,6 +119,7 @@ class ReferenceModel(nn.Module):
 
     model_type: ClassVar[str]
     shift_logits: ClassVar[bool] = False
+    init_std_key: ClassVar[str]  # the config key holding the std of the normal init of linear and embedding weights
 
     def __init__(self, hf_config: dict[str, Any]):
         super().__init__()
@@ -132,7 +134,8 @@ class ReferenceModel(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.apply(_init_weights)
+        std = self.hf_config.get(self.init_std_key)
+        self.apply(partial(_init_weights, std=std if isinstance(std, (int, float)) and std > 0 else 0.02))
 
     # --- family hooks
     @classmethod
@@ -212,9 +215,9 @@ class ReferenceModel(nn.Module):
         _write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
 
 
-def _init_weights(module: nn.Module) -> None:
+def _init_weights(module: nn.Module, std: float) -> None:
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, std=0.02)
+        nn.init.normal_(module.weight, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
 
@@ -236,6 +239,7 @@ def _required(hf: dict[str, Any], key: str) -> Any:
 
 class LladaModel(ReferenceModel):
     model_type = "llada"
+    init_std_key = "init_std"
     # key -> the only value the math here implements (the exporter checks these strictly too)
     SUPPORTED = {
         "block_type": "llama", "layer_norm_type": "rms", "activation_type": "silu", "rope": True,
@@ -287,6 +291,7 @@ class LladaModel(ReferenceModel):
 
 class DreamModel(ReferenceModel):
     model_type = "Dream"
+    init_std_key = "initializer_range"
     shift_logits = True  # applied by the sampler: position i reads row i-1; the forward is unshifted
 
     @classmethod
@@ -335,7 +340,7 @@ FAMILIES: dict[str, type[ReferenceModel]] = {"llada": LladaModel, "dream": Dream
 def llada_config(*, vocab_size: int, d_model: int, n_layers: int, n_heads: int, n_kv_heads: int | None = None,
                  mlp_hidden_size: int | None = None, max_sequence_length: int = 4096, rope_theta: float = 500000.0,
                  rms_norm_eps: float = 1e-5, mask_token_id: int, eos_token_id: int, pad_token_id: int | None = None,
-                 weight_tying: bool = False) -> dict[str, Any]:
+                 weight_tying: bool = False, init_std: float = 0.02) -> dict[str, Any]:
     """A complete LLaDA config.json (the keys of the public LLaDA releases) for the given dims."""
     return {
         "architectures": ["LLaDAModelLM"], "model_type": "llada",
@@ -349,7 +354,7 @@ def llada_config(*, vocab_size: int, d_model: int, n_layers: int, n_heads: int, 
         "include_qkv_bias": False, "scale_logits": False, "input_emb_norm": False, "weight_tying": weight_tying,
         "multi_query_attention": None, "block_group_size": 1, "flash_attention": False,
         "attention_dropout": 0.0, "embedding_dropout": 0.0, "residual_dropout": 0.0,
-        "init_fn": "mitchell", "init_std": 0.02, "init_device": "meta", "init_cutoff_factor": None,
+        "init_fn": "mitchell", "init_std": init_std, "init_device": "meta", "init_cutoff_factor": None,
         "precision": "amp_bf16", "use_cache": False,
         "mask_token_id": mask_token_id, "eos_token_id": eos_token_id,
         "pad_token_id": eos_token_id if pad_token_id is None else pad_token_id,

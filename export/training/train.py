@@ -446,14 +446,6 @@ def evaluate(model, batcher: Batcher, examples, batch_size: int = 128) -> dict[s
 # ---------------------------------------------------------------------- driver
 
 
-@torch.no_grad()
-def reinit(model, std: float) -> None:
-    """Draw every linear and embedding weight again from N(0, std^2)."""
-    for module in model.modules():
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            torch.nn.init.normal_(module.weight, std=std)
-
-
 def prepare_out_dir(cfg: TrainConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and not cfg.overwrite:
@@ -534,12 +526,9 @@ def train(cfg: TrainConfig) -> dict:
     model = LladaModel(llada_config(
         vocab_size=tokenizer.get_vocab_size(), d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         mlp_hidden_size=cfg.mlp_hidden_size, max_sequence_length=512, rope_theta=10000.0,
-        mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying,
+        mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying, init_std=cfg.init_std,
     ))
     model.hf_config["bos_token_id"] = ids["bos"]
-    if cfg.init_std != 0.02:  # 0.02 is LladaModel's own init; any other spread is drawn again
-        reinit(model, cfg.init_std)
-        model.hf_config["init_std"] = cfg.init_std
     # the averaged copy is taken before compiling, so it runs (and evaluates) eagerly
     average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay)) if cfg.ema_decay > 0 else None
     saved = average.module if average is not None else model  # what checkpoints hold and evaluations score
