@@ -1,5 +1,5 @@
 // Python bindings of the unmask core: one line per bound name, no logic here
-// (numpy conversions live in numpy_io.cpp, validation in the C++ core and runtime/decode.py).
+// (numpy conversions live in numpy_io.cpp, validation in the C++ core and runtime/decoding.py).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

@@ -1,4 +1,4 @@
-"""The graph builder: the transformer of MODELS.md §1 as one ONNX graph (DESIGN.md contract).
+"""The graph builder: the transformer of docs/models.md as one ONNX graph (docs/graph-contract.md).
 
     h = embed[input_ids]
     per layer:  h += attention(rmsnorm(h)) ; h += mlp(rmsnorm(h))

@@ -1,4 +1,4 @@
-"""PyTorch reference forward for LLaDA and Dream, written from MODELS.md §1.
+"""PyTorch reference forward for LLaDA and Dream, written from docs/models.md (the forward pass).
 
 The independent check of every exported graph, and the model that
 `unmask.export.training` trains. One module computes the shared math; the two

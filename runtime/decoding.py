@@ -122,7 +122,7 @@ def make_decoder(
     cache: str = "none",
     threads: int | None = None,
 ) -> "_core.Decoder":
-    """A C++ Decoder for one generation (see CONTRACTS.md for the request/advance protocol)."""
+    """A C++ Decoder for one generation (docs/architecture.md describes the request/advance protocol)."""
     params = to_params(config, cache=cache, threads=threads)
     prompt = _ids_array("prompt_ids", prompt_ids)
     if prompt.size == 0:

@@ -66,7 +66,7 @@ class GraphFiles:
 
 @dataclass
 class Manifest:
-    """Contents of unmask.json (see CONTRACTS.md, 'Model package')."""
+    """Contents of unmask.json (every key is described in docs/manifest.md)."""
 
     architecture: str
     dims: Dims

@@ -219,7 +219,7 @@ def resolve_config(base: GenerationConfig, overrides: Mapping[str, Any]) -> Gene
 
 def ineffective(config: GenerationConfig, names: Iterable[str], *, architecture: str | None = None,
                 cache_reuse: bool = True) -> list[str]:
-    """One line per given setting that changes nothing for this model and algorithm (STYLE.md §5)."""
+    """One line per given setting that changes nothing for this model and algorithm (never ignored silently)."""
     notes = []
     schedule = "block schedule" if config.uses_block_schedule else "timestep schedule"
     family = f"{architecture}, " if architecture else ""
