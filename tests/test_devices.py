@@ -127,24 +127,26 @@ class TestProfiles:
 
     def test_retired_attention_key_says_what_decides_instead(self, tmp_path):
         # the exporter decides the kernel from --target; a profile's attention was read by nothing
-        path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n'
-                                     '[package]\nattention = "mha"\n')
-        with pytest.raises(ConfigError, match=r"broken\.toml: key 'package\.attention' is no longer read.*--attention"):
-            load_profile(path)
+        self._refuses(tmp_path, '[package]\nattention = "mha"\n',
+                      r"broken\.toml: key 'package\.attention' is no longer read.*--attention")
 
     def test_profile_precision_and_target_use_the_manifest_vocabulary(self, tmp_path):
         from unmask.manifest import PRECISIONS, TARGETS
 
         for key, allowed in (("precision", PRECISIONS), ("target", TARGETS)):
-            path = self._write(tmp_path, f'device = "cpu"\nprovider = "CPUExecutionProvider"\n'
-                                         f'[package]\n{key} = "int3"\n')
-            with pytest.raises(ConfigError, match=f"'package.{key}' = 'int3': expected one of {', '.join(allowed)}$"):
-                load_profile(path)
+            self._refuses(tmp_path, f'[package]\n{key} = "int3"\n',
+                          f"'package.{key}' = 'int3': expected one of {', '.join(allowed)}$")
 
     def _write(self, tmp_path, text, name="broken.toml"):
         path = tmp_path / name
         path.write_text(text)
         return path
+
+    def _refuses(self, tmp_path, tables, match):
+        """A CPU profile with `tables` appended is refused with a ConfigError matching `match`."""
+        path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n' + tables)
+        with pytest.raises(ConfigError, match=match):
+            load_profile(path)
 
     def test_unknown_key_names_file_and_key(self, tmp_path):
         path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n[session]\nspinning = true\n')
