@@ -105,6 +105,11 @@ class GraphBuilder:
                 shapes[bias] = (rows * hd,)
         return shapes
 
+    def qk_norm(self, i: int, name: str, q: str, k: str) -> tuple[str, str]:
+        """Layer i's q [B*W, H*hd] and k [B*W, Hkv*hd] between projection and RoPE: where a family
+        with per-head q/k norms (the Qwen3 layout) applies them. The shared math has none."""
+        return q, k
+
     def attention_mask(self, positions: str) -> str | None:
         """The mask every layer's attention applies, built from position_ids; None: bidirectional."""
         return None
@@ -322,6 +327,7 @@ class GraphBuilder:
         em, s, n = self.em, self.spec, self.layer_names(i)
         name = f"layers.{i}/attn"
         q, k, v = self.linears(name, x, {"q": (n.q, n.q_bias), "k": (n.k, n.k_bias), "v": (n.v, n.v_bias)})
+        q, k = self.qk_norm(i, name, q, k)
         q = self.rotate(f"{name}/rope_q", q, s.num_heads, w.shape_q, w)  # [B, W, H, hd]
         k = self.rotate(f"{name}/rope_k", k, s.num_kv_heads, w.shape_kv, w)
         v = em.make_reshape(f"{name}/v_heads", v, w.shape_kv)

@@ -178,3 +178,21 @@ def test_a_mask_no_kernel_applies_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(ConfigError, match="needs an attention mask, which the mha kernel does not apply"):
         build_graph(builder, tmp_path / "out", builder.config)
+
+
+def test_qk_norm_hook_sits_between_projection_and_rope(tmp_path):
+    """The hook a per-head q/k norm family overrides: once per layer, on the flat projections."""
+    seen = []
+
+    class Recording(LladaBuilder):
+        def qk_norm(self, i, name, q, k):
+            seen.append((i, name, self.em.nodes[-1].op_type))
+            return q, k
+
+    src = make_llada_checkpoint(tmp_path / "hf", n_kv_heads=2)
+    base = _builder(src, fuse_projections=False)
+    builder = Recording(base.spec, base.tensors, base.config)
+    (tmp_path / "out").mkdir()
+    build_graph(builder, tmp_path / "out", builder.config)
+    # the last node before each call is the v projection's Gemm; RoPE comes after
+    assert seen == [(0, "layers.0/attn", "Gemm"), (1, "layers.1/attn", "Gemm")]
