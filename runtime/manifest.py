@@ -26,6 +26,8 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "unmask.json"
 
 ARCHITECTURES = ("llada", "dream", "generic")
+# The one home of the precision and target names: the exporter's ExportConfig and the device
+# profiles import these (which precisions each target can run is export.config.TARGET_PRECISIONS).
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 TARGETS = ("cpu", "cuda", "dml", "coreml")
 KV_DTYPES = ("float32", "float16")

@@ -116,20 +116,37 @@ class TestProfiles:
         assert all(not p.cpu_fallback for p in PROFILES if p.provider == "CPUExecutionProvider")
 
     def test_profiles_agree_with_the_exporter(self):
-        from unmask.export.config import ATTENTIONS, ExportConfig
+        from unmask.export.config import TARGET_PRECISIONS, ExportConfig
+        from unmask.manifest import PRECISIONS, TARGETS
 
-        from unmask.devices.profile import ATTENTION_VARIANTS
-
-        assert set(ATTENTION_VARIANTS) == set(ATTENTIONS)
         for p in PROFILES:  # the export command a profile recommends must be one the exporter accepts
             resolved = ExportConfig(precision=p.package.precision, target=p.package.target).resolve()
-            if p.package.target == p.device:
-                assert resolved.attention == p.package.attention, p.name
+            assert (resolved.precision, resolved.target) == (p.package.precision, p.package.target)
+            assert p.package.precision in TARGET_PRECISIONS[p.package.target], p.name
+            assert set(p.package.precisions) <= set(PRECISIONS) and set(p.package.targets) <= set(TARGETS)
+
+    def test_retired_attention_key_says_what_decides_instead(self, tmp_path):
+        # the exporter decides the kernel from --target; a profile's attention was read by nothing
+        self._refuses(tmp_path, '[package]\nattention = "mha"\n',
+                      r"broken\.toml: key 'package\.attention' is no longer read.*--attention")
+
+    def test_profile_precision_and_target_use_the_manifest_vocabulary(self, tmp_path):
+        from unmask.manifest import PRECISIONS, TARGETS
+
+        for key, allowed in (("precision", PRECISIONS), ("target", TARGETS)):
+            self._refuses(tmp_path, f'[package]\n{key} = "int3"\n',
+                          f"'package.{key}' = 'int3': expected one of {', '.join(allowed)}$")
 
     def _write(self, tmp_path, text, name="broken.toml"):
         path = tmp_path / name
         path.write_text(text)
         return path
+
+    def _refuses(self, tmp_path, tables, match):
+        """A CPU profile with `tables` appended is refused with a ConfigError matching `match`."""
+        path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n' + tables)
+        with pytest.raises(ConfigError, match=match):
+            load_profile(path)
 
     def test_unknown_key_names_file_and_key(self, tmp_path):
         path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n[session]\nspinning = true\n')
