@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from .config import GenerationConfig
 from .errors import ConfigError
 from .manifest import replacing, write_text_atomic
-from .stats import TokenRates, peak_rss_bytes
+from .stats import TokenRates
 
 if TYPE_CHECKING:  # unmask.model loads onnxruntime
     from .model import Model

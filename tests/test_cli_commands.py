@@ -57,7 +57,8 @@ class ScriptedModel(Model):
 
     def __init__(self, folder, **generation):  # Model.__init__ would open an ONNX session
         self.manifest = make_manifest(**generation)
-        self.package = Package(Path(folder), self.manifest, Path(folder) / "model.onnx", Path(folder) / "tokenizer.json")
+        folder = Path(folder)
+        self.package = Package(folder, self.manifest, folder / "model.onnx", folder / "tokenizer.json")
         self.placement = None
         self.threads = 2
         self.device = "cpu"

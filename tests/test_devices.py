@@ -49,8 +49,8 @@ BY_NAME = {p.name: p for p in PROFILES}
 
 def package_manifest(precision: str = "fp32", target: str = "cpu", size_bytes: int = 100 << 20) -> Manifest:
     """A real Manifest; selection reads its precision, target and size."""
-    return Manifest(architecture="llada", dims=Dims(64, 32, 2, 4, 2, 8, 128), special_ids=SpecialIds(mask_id=3, eos_id=2),
-                    precision=precision, target=target, graph=GraphFiles(), size_bytes=size_bytes)
+    return Manifest(architecture="llada", dims=Dims(64, 32, 2, 4, 2, 8, 128),
+                    special_ids=SpecialIds(mask_id=3, eos_id=2), precision=precision, target=target, graph=GraphFiles(), size_bytes=size_bytes)
 
 
 def machine(os="linux", arch="x86_64", providers=("CPUExecutionProvider",), ram=16 * GiB, cores=8, gpus=()):
@@ -323,7 +323,8 @@ class TestSelectAuto:
     def test_too_big_for_the_gpu_runs_on_cpu(self):
         gpu = GpuInfo(index=0, name="small GPU", memory_total_bytes=8 * GiB, memory_free_bytes=6 * GiB)
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"), ram=64 * GiB, gpus=[gpu])
-        p = select(package_manifest("fp16", "cuda", size_bytes=10 * GiB), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("fp16", "cuda", size_bytes=10 * GiB), detection=d,
+                   probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cpu"
         assert "free on GPU 0 (small GPU)" in p.explanation
         assert any("fp16 runs slowly on cpu" in n for n in p.notes)

@@ -12,23 +12,13 @@ import dataclasses
 import numpy as np
 import pytest
 from samplers_numpy import FakeModel
-from test_runtime_model import PROMPT, _write_toy
+from test_runtime_model import PROMPT, model, toy_dir  # noqa: F401  (the toy package's fixtures)
 
 import unmask
 from unmask import ConfigError, GenerationConfig, ModelFacts
 from unmask.config import check_threads
 from unmask.devices import select
 from unmask.manifest import read_manifest, write_manifest
-
-
-@pytest.fixture(scope="module")
-def toy_dir(tmp_path_factory):
-    return _write_toy(tmp_path_factory.mktemp("settings") / "pkg")
-
-
-@pytest.fixture(scope="module")
-def model(toy_dir):
-    return unmask.load(toy_dir, device="cpu", threads=1)
 
 
 class TestModelFacts:
