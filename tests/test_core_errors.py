@@ -106,3 +106,10 @@ class TestDecodeBadInput:
     def test_bad_threads(self, threads):
         with pytest.raises(ConfigError, match="threads must be a positive integer"):
             unmask.decode(FakeModel(vocab=V, mask_id=MASK), PROMPT, CFG, facts=FACTS, threads=threads)
+
+    @pytest.mark.parametrize("overrides, message", [({"block_length": 3}, "block_length must divide gen_length"),
+                                                    ({"logits_eos_inf": True}, "logits_eos_inf needs eos_id")])
+    def test_core_still_asserts_what_python_checks(self, overrides, message):
+        """make_decoder takes a checked config; skipping the check still cannot reach the loop."""
+        with pytest.raises(ConfigError, match=message):
+            make_decoder(CFG.replace(**overrides), FACTS, PROMPT)
