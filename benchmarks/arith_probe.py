@@ -21,7 +21,7 @@ import sys
 
 import unmask
 from unmask import tasks
-from unmask.evaluate import eval_config, read_task_spec
+from unmask.evaluate import read_task_spec, task_defaults
 
 TEMPLATES = ("What is {a} {op} {b}?", "Compute {a} {op} {b}.", "What is {a} {word} {b}?", "Calculate {a} {op} {b}.")
 WORDS = {"+": "plus", "-": "minus", "*": "times"}
@@ -66,7 +66,7 @@ def main() -> None:
 
     model = unmask.load(args.package, device="cpu", threads=args.threads)
     overrides = {k: v for k, v in (("threshold", args.threshold), ("cache", args.cache)) if v is not None}
-    cfg = eval_config(model, read_task_spec(model.package.folder), **overrides)
+    cfg = model.resolve_config(**task_defaults(read_task_spec(model.package.folder)), **overrides)
     rng = random.Random(args.seed)
     print(f"{model.package.folder} ({model.manifest.precision}), {args.per_shape} held-out questions per shape, "
           f"algorithm {cfg.algorithm}, threshold {cfg.threshold}, cache {cfg.cache}")

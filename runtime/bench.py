@@ -21,15 +21,18 @@ import json
 import os
 import platform
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .config import GenerationConfig
 from .errors import ConfigError
-from .stats import TokenRates, peak_rss_bytes
+from .manifest import replacing, write_text_atomic
+from .stats import TokenRates
+
+if TYPE_CHECKING:  # unmask.model loads onnxruntime
+    from .model import Model
 
 SCHEMA = "unmask.bench/1"
 DEFAULT_PROMPTS = (
@@ -104,56 +107,30 @@ class RunRecord(TokenRates):
 Measure = Callable[[Any, GenerationConfig], RunRecord]
 
 
-def measure_model(model: Any, prompt: Any, config: GenerationConfig) -> RunRecord:
+def measure_model(model: "Model", prompt: Any, config: GenerationConfig) -> RunRecord:
     """Run one generation through `model.stream()` and time it (the default `measure`)."""
-    start = time.perf_counter()
     tokens_per_step: list[int] = []
     result = None
-    # every field as a keyword: Model.stream applies keywords verbatim on top of its defaults
-    stream = model.stream(**_prompt_kwargs(prompt), **config.to_dict())
-    for event in stream:
-        positions = getattr(event, "positions", None)
-        if positions is not None:
-            tokens_per_step.append(len(positions))
-        result = getattr(event, "result", None) or result
-    wall = time.perf_counter() - start
-    stats = _stream_stats(stream, result)
-    nfe = int(stats.nfe)
-    tokens = _stat(stats, "tokens", default=None)
+    for event in model.stream(**_prompt_kwargs(prompt), config=config):  # the finished config, as is
+        tokens_per_step.append(len(event.positions))
+        result = event.result or result
+    stats = result.stats
     return RunRecord(
-        nfe=nfe,
-        tokens=int(tokens) if tokens is not None else int(sum(tokens_per_step)),
-        total_seconds=float(_stat(stats, "total_seconds", default=wall) or wall),
-        time_to_first_block=float(_stat(stats, "first_block_seconds", "time_to_first_block", default=0.0) or 0.0),
-        forward_seconds=[float(s) for s in stats.forward_seconds],
-        host_seconds=[float(s) for s in stats.host_seconds],
+        nfe=stats.nfe,
+        tokens=stats.tokens,
+        total_seconds=stats.total_seconds,
+        time_to_first_block=stats.first_block_seconds or 0.0,
+        forward_seconds=list(stats.forward_seconds),
+        host_seconds=list(stats.host_seconds),
         tokens_per_step=tokens_per_step,
-        peak_rss=int(_stat(stats, "peak_rss_bytes", "peak_rss", default=0) or peak_rss_bytes()),
+        peak_rss=stats.peak_rss_bytes,
     )
-
-
-def _stat(stats: Any, *names: str, default: Any) -> Any:
-    for name in names:
-        if hasattr(stats, name):
-            return getattr(stats, name)
-    return default
 
 
 def _prompt_kwargs(prompt: Any) -> dict[str, Any]:
     if isinstance(prompt, str):
         return {"prompt": prompt}
     return {"messages": list(prompt)}
-
-
-def _stream_stats(stream: Any, result: Any) -> Any:
-    for holder in (result, stream):
-        stats = getattr(holder, "stats", None)
-        if stats is not None:
-            return stats
-        inner = getattr(holder, "result", None)
-        if inner is not None and getattr(inner, "stats", None) is not None:
-            return inner.stats
-    raise RuntimeError("model.stream() gave no stats; cannot profile this model")
 
 
 # ---------------------------------------------------------------------- aggregate
@@ -322,8 +299,8 @@ def write_all(doc: Mapping[str, Any], out_dir: str | os.PathLike) -> dict[str, P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
-    _atomic_write(paths["json"], json.dumps(doc, indent=2) + "\n")
-    _atomic_write(paths["markdown"], markdown(doc))
+    write_text_atomic(paths["json"], json.dumps(doc, indent=2) + "\n")
+    write_text_atomic(paths["markdown"], markdown(doc))
     paths["chart"] = write_chart(doc, out)
     return paths
 
@@ -367,7 +344,7 @@ def write_chart(doc: Mapping[str, Any], out_dir: Path) -> Path:
         import matplotlib  # noqa: F401  (optional)
     except ImportError:
         path = out_dir / "bench.svg"
-        _atomic_write(path, svg_chart(doc))
+        write_text_atomic(path, svg_chart(doc))
         return path
     path = out_dir / "bench.png"
     _png_chart(doc, path)
@@ -401,10 +378,9 @@ def _png_chart(doc: Mapping[str, Any], path: Path) -> None:
     top.legend(fontsize="small")
     top.set_title(f"unmask bench: {doc['model'].get('name') or doc['model'].get('path', '')}")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -485,12 +461,6 @@ def _ratio(value: float | None) -> str:
 
 def _mib(n: float) -> float:
     return (n or 0) / (1 << 20)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def parse_list(text: str | None, convert: Callable[[str], Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """generate / chat / bench / info through click's CliRunner, on a scripted stand-in model.
 
-The stand-in has the public surface of unmask.Model (resolve_config, encode_prompt,
-stream, chat, manifest, tokenizer) and commits gen_length/steps positions per step,
+The stand-in is an unmask.Model with a scripted stream (test_stand_in_matches_a_loaded_model
+checks it has a loaded Model's attributes) and commits gen_length/steps positions per step,
 left to right, so every count below is exact. End-to-end runs on an exported
 package are in test_cli_package.py.
 """
@@ -18,7 +18,8 @@ import unmask
 from unmask import GenerationConfig
 from unmask.cli import cli
 from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds, write_manifest
-from unmask.model import ChatSession, Result, StreamEvent
+from unmask.model import Model, Result, StreamEvent
+from unmask.package import Package
 from unmask.stats import GenerationStats
 
 PROMPT_LENGTH = 4
@@ -50,37 +51,30 @@ def make_manifest(**generation):
     )
 
 
-class ScriptedModel:
-    """Answers with the letters a, b, c, ... committed left to right, `gen_length / steps` per step."""
+class ScriptedModel(Model):
+    """A real unmask.Model (settings, chat sessions, labels are the real code) whose graph and
+    decoder are replaced by a script: the same attributes as a loaded Model, no session."""
 
-    def __init__(self, folder, **generation):
+    def __init__(self, folder, **generation):  # Model.__init__ would open an ONNX session
         self.manifest = make_manifest(**generation)
-        self.package = SimpleNamespace(folder=Path(folder))
+        folder = Path(folder)
+        self.package = Package(folder, self.manifest, folder / "model.onnx", folder / "tokenizer.json")
+        self.placement = None
         self.threads = 2
+        self.device = "cpu"
         self.tokenizer = LetterTokenizer()
         self.chat_template = object()
-        self.cache_reuse = True
         self.engine = SimpleNamespace(session=SimpleNamespace(get_providers=lambda: ["CPUExecutionProvider"]))
+        self.facts = self.manifest.model_facts()
+        self.cache_reuse = True
+        self._stop_ids = {EOS}
         self.calls = []
-
-    @property
-    def default_config(self):
-        return self.manifest.generation_config()
-
-    def resolve_config(self, config=None, **overrides):
-        cfg = self.default_config.replace(**overrides)
-        if cfg.cache is None:
-            cfg = cfg.replace(cache="dual")
-        return cfg.validate()
 
     def encode_prompt(self, prompt=None, *, messages=None, prompt_ids=None):
         return np.zeros(PROMPT_LENGTH, dtype=np.int64)
 
-    def chat(self, system=None, **overrides):
-        return ChatSession(self, system=system, **overrides)
-
     def stream(self, prompt=None, *, messages=None, prompt_ids=None, config=None, **overrides):
-        cfg = self.resolve_config(**overrides)
+        cfg = self.resolve_config(config, **overrides)
         self.calls.append({"prompt": prompt, "messages": messages, "prompt_ids": prompt_ids, "config": cfg})
         return self._events(cfg)
 
@@ -140,6 +134,16 @@ def run_main(args, capsys, input_text=None):
     code = main(args)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def test_stand_in_matches_a_loaded_model(tmp_path):
+    """ScriptedModel has every attribute a loaded Model has, of the same types where it matters."""
+    real = unmask.load(threads=1)
+    stand_in = ScriptedModel(tmp_path)
+    assert set(vars(real)) <= set(vars(stand_in))
+    for name in ("manifest", "package", "facts", "threads", "device", "cache_reuse"):
+        assert type(getattr(stand_in, name)) is type(getattr(real, name)), name
+    assert stand_in.engine.session.get_providers() == real.engine.session.get_providers()
 
 
 class TestGenerate:

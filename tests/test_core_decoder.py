@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 import unmask
-from unmask import GenerationConfig
+from unmask import GenerationConfig, ModelFacts
 from unmask.decoding import make_decoder
 from samplers_numpy import FakeModel
 
 MASK, V = 39, 40
 PROMPT = np.array([5, 9, 11, 4], dtype=np.int64)
+FACTS = ModelFacts(mask_id=MASK)
 
 
 def drive(dec, model):
@@ -36,7 +37,7 @@ def _cfg_rows(dec, req):
 
 class TestDecoderRequests:
     def test_cache_none_is_whole_sequence(self):
-        dec = make_decoder(GenerationConfig(gen_length=16, block_length=8, steps=8, mask_id=MASK), PROMPT)
+        dec = make_decoder(GenerationConfig(gen_length=16, block_length=8, steps=8), FACTS, PROMPT)
         req = dec.next_request()
         assert (req.window_start, req.window_end, req.refresh, req.batch) == (0, 20, False, 1)
         np.testing.assert_array_equal(req.logits_index, np.arange(4, 12))  # masked rows of block 0 only
@@ -45,8 +46,8 @@ class TestDecoderRequests:
     @pytest.mark.parametrize("cache", ["prefix", "dual"])
     @pytest.mark.parametrize("shift", [False, True])
     def test_cache_windows(self, cache, shift):
-        cfg = GenerationConfig(gen_length=16, block_length=8, steps=8, mask_id=MASK, shift_logits=shift)
-        dec = make_decoder(cfg, PROMPT, cache=cache)
+        cfg = GenerationConfig(gen_length=16, block_length=8, steps=8, cache=cache)
+        dec = make_decoder(cfg, ModelFacts(mask_id=MASK, shift_logits=shift), PROMPT)
         requests = drive(dec, FakeModel(vocab=V, mask_id=MASK))
         s = 1 if shift else 0
         for req in requests:
@@ -63,41 +64,40 @@ class TestDecoderRequests:
         assert (dec.ids[4:] != MASK).all()
 
     def test_window_protocol_equals_decode(self):
-        cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, mask_id=MASK, shift_logits=True,
-                               algorithm="maskgit_plus")
-        dec = make_decoder(cfg, PROMPT)
+        cfg = GenerationConfig(gen_length=16, block_length=8, steps=16, algorithm="maskgit_plus")
+        facts = ModelFacts(mask_id=MASK, shift_logits=True)
+        dec = make_decoder(cfg, facts, PROMPT)
         drive(dec, FakeModel(vocab=V, mask_id=MASK, seed=2))
-        out = unmask.decode(FakeModel(vocab=V, mask_id=MASK, seed=2), PROMPT, cfg)
+        out = unmask.decode(FakeModel(vocab=V, mask_id=MASK, seed=2), PROMPT, cfg, facts=facts)
         np.testing.assert_array_equal(dec.ids, out.ids)
 
     def test_cfg_second_row_masks_the_prompt(self):
         template = np.full(8, MASK, dtype=np.int64)
         template[3] = 17
-        dec = make_decoder(GenerationConfig(gen_length=8, steps=8, cfg_scale=1.0, mask_id=MASK), PROMPT,
-                           template=template)
+        dec = make_decoder(GenerationConfig(gen_length=8, steps=8, cfg_scale=1.0), FACTS, PROMPT, template=template)
         ids = dec.input_ids()
         assert dec.next_request().batch == 2
         np.testing.assert_array_equal(ids[0], dec.ids)
         assert (ids[1] == MASK).all()  # prompt and pinned positions masked; holes are masks already
 
     def test_one_block_window_covers_generation(self):
-        cfg = GenerationConfig(gen_length=12, steps=6, mask_id=MASK)
-        dec = make_decoder(cfg, PROMPT, cache="dual")
+        cfg = GenerationConfig(gen_length=12, steps=6, cache="dual")
+        dec = make_decoder(cfg, FACTS, PROMPT)
         requests = drive(dec, FakeModel(vocab=V, mask_id=MASK))
         assert requests[0].refresh and not requests[1].refresh
         assert (requests[1].window_start, requests[1].window_end) == (4, 16)
 
     def test_infill_holes_join_the_first_block(self):
         prompt = np.array([5, MASK, 11, MASK, 4], dtype=np.int64)
-        cfg = GenerationConfig(gen_length=8, block_length=4, steps=8, mask_id=MASK)
-        dec = make_decoder(cfg, prompt, infill=True, cache="dual")
+        cfg = GenerationConfig(gen_length=8, block_length=4, steps=8, cache="dual")
+        dec = make_decoder(cfg, FACTS, prompt, infill=True)
         np.testing.assert_array_equal(dec.next_request().logits_index, [1, 3, 5, 6, 7, 8])
         drive(dec, FakeModel(vocab=V, mask_id=MASK))
         assert (dec.ids != MASK).all()
         np.testing.assert_array_equal(dec.ids[[0, 2, 4]], [5, 11, 4])
 
     def test_advance_after_done_raises(self):
-        dec = make_decoder(GenerationConfig(gen_length=4, steps=1, mask_id=MASK), PROMPT)
+        dec = make_decoder(GenerationConfig(gen_length=4, steps=1), FACTS, PROMPT)
         drive(dec, FakeModel(vocab=V, mask_id=MASK))
         with pytest.raises(RuntimeError):
             dec.next_request()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -41,19 +40,17 @@ from unmask.devices.detect import (
     parse_sysctl,
 )
 from unmask.devices.profile import PROFILE_DIR
+from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds
 
 GiB = 1 << 30
 PROFILES = load_profiles()
 BY_NAME = {p.name: p for p in PROFILES}
 
 
-@dataclass
-class FakeManifest:
-    """The three Manifest fields selection reads."""
-
-    precision: str = "fp32"
-    target: str = "cpu"
-    size_bytes: int = 100 << 20
+def package_manifest(precision: str = "fp32", target: str = "cpu", size_bytes: int = 100 << 20) -> Manifest:
+    """A real Manifest; selection reads its precision, target and size."""
+    return Manifest(architecture="llada", dims=Dims(64, 32, 2, 4, 2, 8, 128),
+                    special_ids=SpecialIds(mask_id=3, eos_id=2), precision=precision, target=target, graph=GraphFiles(), size_bytes=size_bytes)
 
 
 def machine(os="linux", arch="x86_64", providers=("CPUExecutionProvider",), ram=16 * GiB, cores=8, gpus=()):
@@ -284,7 +281,7 @@ class TestDeviceNames:
 class TestSelectAuto:
     def test_cuda_when_its_probe_passes(self):
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("fp16", "cuda"), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("fp16", "cuda"), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cuda"
         assert p.provider_names == ["CUDAExecutionProvider", "CPUExecutionProvider"]
         assert p.provider_options[0]["cudnn_conv_algo_search"] == "HEURISTIC"
@@ -300,20 +297,20 @@ class TestSelectAuto:
 
     def test_coreml_on_apple_silicon(self):
         d = machine(os="darwin", arch="arm64", providers=("CoreMLExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("fp16", "coreml"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
+        p = select(package_manifest("fp16", "coreml"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
         assert p.device == "coreml"
         assert p.providers[0] == ("CoreMLExecutionProvider", BY_NAME["coreml"].provider_options)
         assert p.providers[1][0] == "CPUExecutionProvider"
 
     def test_cpu_package_on_a_mac_stays_on_cpu_and_names_the_coreml_export(self):
         d = machine(os="darwin", arch="arm64", providers=("CoreMLExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("int4", "cpu"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
+        p = select(package_manifest("int4", "cpu"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
         assert p.device == "cpu" and p.profile.name == "cpu-arm64"
         assert any("--precision fp16 --target coreml" in n for n in p.notes)
 
     def test_directml_on_windows(self):
         d = machine(os="windows", providers=("DmlExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("fp16", "dml"), detection=d, probe=FakeProbe("DmlExecutionProvider"))
+        p = select(package_manifest("fp16", "dml"), detection=d, probe=FakeProbe("DmlExecutionProvider"))
         assert p.device == "dml"
         so = p.session_options()
         assert so.enable_mem_pattern is False
@@ -331,19 +328,20 @@ class TestSelectAuto:
 
     def test_too_little_ram_is_refused_naming_a_smaller_precision(self):
         d = machine(ram=4 * GiB)
-        manifest = FakeManifest("fp32", "cpu", size_bytes=8 * GiB)
+        manifest = package_manifest("fp32", "cpu", size_bytes=8 * GiB)
         with pytest.raises(DeviceError, match=r"only 4\.0 GiB is free RAM; export it at int8.*--precision int8 --target cpu"):
             select(manifest, detection=d, probe=FakeProbe())
 
     def test_nothing_fits(self):
         d = machine(ram=1 * GiB)
         with pytest.raises(DeviceError, match="even the smallest precision would not fit"):
-            select(FakeManifest("fp32", "cpu", size_bytes=64 * GiB), detection=d, probe=FakeProbe())
+            select(package_manifest("fp32", "cpu", size_bytes=64 * GiB), detection=d, probe=FakeProbe())
 
     def test_too_big_for_the_gpu_runs_on_cpu(self):
         gpu = GpuInfo(index=0, name="small GPU", memory_total_bytes=8 * GiB, memory_free_bytes=6 * GiB)
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"), ram=64 * GiB, gpus=[gpu])
-        p = select(FakeManifest("fp16", "cuda", size_bytes=10 * GiB), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("fp16", "cuda", size_bytes=10 * GiB), detection=d,
+                   probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cpu"
         assert "free on GPU 0 (small GPU)" in p.explanation
         assert any("fp16 runs slowly on cpu" in n for n in p.notes)
@@ -378,7 +376,7 @@ class TestSelectExplicit:
         gpus = [GpuInfo(0, "big", memory_free_bytes=80 * GiB), GpuInfo(1, "small", memory_free_bytes=2 * GiB)]
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"), gpus=gpus)
         probe = FakeProbe("CUDAExecutionProvider")
-        manifest = FakeManifest("fp16", "cuda", size_bytes=4 * GiB)
+        manifest = package_manifest("fp16", "cuda", size_bytes=4 * GiB)
         p = select(manifest, "cuda:0", detection=d, probe=probe)
         assert p.device_index == 0 and p.provider_options[0]["device_id"] == "0"
         with pytest.raises(DeviceError, match=r"free on GPU 1 \(small\); export it at int4"):
@@ -387,7 +385,7 @@ class TestSelectExplicit:
 
     def test_mismatched_package_runs_with_the_export_command(self, caplog):
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("int8", "cpu"), "cuda", detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("int8", "cpu"), "cuda", detection=d, probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cuda"
         assert "unmask export HF_DIR OUT_DIR --precision fp16 --target cuda" in p.notes[0]
         assert "--target cuda" in caplog.text

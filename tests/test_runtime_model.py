@@ -78,11 +78,10 @@ class TestGenerate:
     def test_package_defaults_and_cache_default(self, model):
         cfg = model.resolve_config()
         assert (cfg.gen_length, cfg.block_length, cfg.steps, cfg.cache) == (8, 4, 4, "dual")
-        assert cfg.mask_id == model.manifest.special_ids.mask_id
-        # a given config is complete: package defaults do not apply, model facts do
+        assert model.facts.mask_id == model.manifest.special_ids.mask_id
+        # a given config is complete: package defaults do not apply
         cfg = model.resolve_config(unmask.GenerationConfig(gen_length=16), block_length=8)
         assert (cfg.gen_length, cfg.block_length, cfg.steps) == (16, 8, None)
-        assert cfg.mask_id == model.manifest.special_ids.mask_id
         assert model.resolve_config(model.resolve_config(steps=8)) == model.resolve_config(steps=8)
 
     def test_deterministic(self, model):
