@@ -143,6 +143,17 @@ class TestStream:
         assert events[0].text == "" and events[2].text == ""
         assert [e.gen_start for e in events] == [len(PROMPT)] * 4  # positions - gen_start index the answer
 
+    def test_canvas_places_commits_by_the_events_gen_start(self, model):
+        import io
+
+        from unmask.cli.render import CanvasView
+
+        view = CanvasView(io.StringIO(), model.tokenizer.decode)
+        view.start(model.resolve_config(**SETTINGS))
+        for event in model.stream(prompt_ids=PROMPT, **SETTINGS):
+            view.event(event)
+        assert view.canvas == event.result.token_ids.tolist()
+
     def test_interrupt_leaves_model_usable(self, model, monkeypatch):
         expected = model.generate(prompt_ids=PROMPT, **SETTINGS).token_ids.tolist()
         begin = type(model.engine).begin
