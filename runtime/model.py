@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -64,6 +64,9 @@ class StreamEvent:
     done: bool  # generation finished
     text: str = ""  # newly finished text (only when a block finished), up to EOS/EoT
     result: Result | None = None  # set on the final event
+    # absolute position of the first generated token (the prompt length): positions - gen_start
+    # index the generated region, so views need not encode the prompt themselves
+    gen_start: int = field(kw_only=True)
 
 
 # ---------------------------------------------------------------------- loading
@@ -231,16 +234,12 @@ class Model:
         return self._run(decoder, cfg, ids)
 
     def _run(self, decoder, cfg: GenerationConfig, prompt_ids: np.ndarray) -> Iterator[StreamEvent]:
+        """Run what the decoder asks for; every window, past and block end comes from it."""
         started = time.perf_counter()
-        prompt_length, length = decoder.prompt_length, decoder.length
+        gen_start = decoder.prompt_length
         stats = GenerationStats(cache=cfg.cache)
-        run = self.engine.begin(
-            batch=2 if cfg.cfg_scale > 0 else 1,
-            length=length,
-            cache=cfg.cache,
-            max_window=_max_window(cfg, prompt_length, length, self.facts.shift_logits),
-            max_rows=cfg.gen_length,
-        )
+        run = self.engine.begin(batch=decoder.batch, length=decoder.length, cache=cfg.cache,
+                                max_window=decoder.max_window, max_rows=cfg.gen_length)
         shown = ""
         step = 0
         while not decoder.done:
@@ -248,25 +247,22 @@ class Model:
             request = decoder.next_request()
             logits, forward_seconds = run.forward(request, decoder.input_ids())
             event = decoder.advance(logits)
-            width = int(request.window_end) - int(request.window_start)
-            kind = "full" if cfg.cache == "none" else ("refresh" if request.refresh else "window")
-            past = length - width if kind == "window" else 0
             committed = len(event.positions) - int(event.filled)  # early-stop fill excluded
-            stats.record_step(kind, width, past, logits.shape[1], forward_seconds,
+            stats.record_step(request.kind.name.lower(), int(request.window_end) - int(request.window_start),
+                              int(request.past_length), logits.shape[1], forward_seconds,
                               time.perf_counter() - t0 - forward_seconds, committed)
             text = ""
             if event.block_done or event.done:
                 if stats.first_block_seconds is None:
                     stats.first_block_seconds = time.perf_counter() - started
-                finished = length if event.done else prompt_length + (int(event.block) + 1) * cfg.resolved_block_length
-                visible = self._text(decoder.ids[prompt_length:finished])
+                visible = self._text(decoder.ids[gen_start:int(event.final_end)])
                 text, shown = visible[len(shown):], visible
             result = None
-            if event.done or decoder.done:
+            if event.done:
                 result = self._result(decoder, cfg, prompt_ids, stats, started)
             yield StreamEvent(step, int(event.block), np.asarray(event.positions, dtype=np.int64),
                               np.asarray(event.tokens, dtype=np.int64), bool(event.block_done),
-                              result is not None, text, result)
+                              result is not None, text, result, gen_start=gen_start)
             step += 1
 
     def _result(self, decoder, cfg, prompt_ids, stats: GenerationStats, started: float) -> Result:
@@ -286,16 +282,6 @@ class Model:
              **overrides: Any) -> "ChatSession":
         """A conversation that keeps its history across turns (settings as in resolve_config)."""
         return ChatSession(self, system=system, config=config, **overrides)
-
-
-def _max_window(cfg: GenerationConfig, prompt_length: int, length: int, shift_logits: bool) -> int:
-    """Largest window a non-refresh step can ask for (sizes the scratch presents)."""
-    extra = 1 if shift_logits else 0
-    if cfg.cache == "dual":
-        return min(length, cfg.resolved_block_length + extra)
-    if cfg.cache == "prefix":
-        return min(length, length - prompt_length + extra)
-    return length
 
 
 # ---------------------------------------------------------------------- chat sessions

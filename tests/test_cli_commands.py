@@ -104,7 +104,7 @@ class ScriptedModel(Model):
                 stats.peak_rss_bytes = 10 << 20
                 result = Result(self.tokenizer.decode(answer), answer, np.zeros(PROMPT_LENGTH, np.int64), stats, cfg)
             yield StreamEvent(step, (end - 1) // block, positions + PROMPT_LENGTH, answer[positions], block_done,
-                              result is not None, text, result)
+                              result is not None, text, result, gen_start=PROMPT_LENGTH)
 
 
 @pytest.fixture
@@ -317,8 +317,8 @@ class TestCanvas:
         from unmask.cli.render import CanvasView
 
         view = CanvasView(io.StringIO(), LetterTokenizer().decode)
-        view.start(GenerationConfig(gen_length=6, steps=3), prompt_length=10)
-        view.event(SimpleNamespace(step=0, positions=[10, 13], tokens=[0, 3]))
+        view.start(GenerationConfig(gen_length=6, steps=3))
+        view.event(SimpleNamespace(step=0, gen_start=10, positions=[10, 13], tokens=[0, 3]))
         assert view.render().splitlines() == ["step 1/3  2/6 tokens unmasked", "a░░d░░"]
         view.finish("done")
         assert view.out.getvalue().endswith("done\n\x1b[?25h")

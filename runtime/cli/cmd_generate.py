@@ -71,7 +71,7 @@ def command(model, prompt, file, system, raw, as_json, stream, visual, device, t
     view = None
     if not as_json:
         view = make_view(out, stream=stream, visual=visual, decode=loaded.tokenizer.decode, warn=echo_err)
-        view.start(config, prompt_length=len(loaded.encode_prompt(**source)) if view.needs_prompt_length else 0)
+        view.start(config)
     result = None
     try:
         for event in events:

@@ -77,10 +77,7 @@ class ChatLoop:
     def answer(self, text: str) -> None:
         events = self.session.stream(text)
         view = self.view
-        if view.needs_prompt_length:
-            view.start(self.config, prompt_length=len(self.model.encode_prompt(messages=self.session.messages(text))))
-        else:
-            view.start(self.config)
+        view.start(self.config)
         result = None
         try:
             for event in events:
