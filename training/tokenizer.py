@@ -15,7 +15,7 @@ from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ...tasks import BOS, CHAT_TEMPLATE, EOS, EOT, MASK, SPECIAL_TOKENS
+from unmask.tasks import BOS, CHAT_TEMPLATE, EOS, EOT, MASK, SPECIAL_TOKENS
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:
