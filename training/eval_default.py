@@ -1,4 +1,4 @@
-"""The README table of the embedded model: held-out exact match and decoding speed, one run.
+"""The embedded model's table in the top-level README: held-out exact match and speed, one run.
 
     python training/eval_default.py /work/devenv/default-model-ckpt [--limit 200] [--threads 2]
 
