@@ -1,7 +1,7 @@
 """PyTorch reference forward for LLaDA and Dream, written from docs/models.md (the forward pass).
 
 The independent check of every exported graph, and the model that
-`unmask.export.training` trains. One module computes the shared math; the two
+the checkout's training/ folder trains. One module computes the shared math; the two
 families differ only in their config keys and weight names, which live in the
 small `LladaModel` / `DreamModel` subclasses.
 

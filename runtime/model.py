@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -85,7 +84,9 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
 
 
 def default_package_dir() -> Path:
-    folder = resources.files("unmask").joinpath(*DEFAULT_MODEL)
+    # Beside this module, not importlib.resources: in an editable install (README, Development)
+    # resources.files("unmask") spans the sources and site-packages and is no single folder.
+    folder = Path(__file__).parent.joinpath(*DEFAULT_MODEL)
     if not folder.joinpath("unmask.json").is_file():
         raise ModelFormatError(
             "this unmask install has no embedded default model; export one with "

@@ -1,6 +1,6 @@
 """Train the embedded diffusion LM: LLaDA layout, masked-diffusion SFT on `unmask.tasks`.
 
-    python -m unmask.export.training.train --out DIR [--minutes N] [--overwrite] [--max-steps N] ...
+    python -m training.train --out DIR [--minutes N] [--overwrite] [--max-steps N] ...
 
 Writes an HF LLaDA folder (config.json, model.safetensors, tokenizer files) that the
 standard `unmask export` converts. Objective (LLaDA SFT): per example t ~ U(eps, 1),
@@ -42,7 +42,6 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -54,8 +53,9 @@ import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from ... import tasks
-from ..reference import LladaModel, llada_config, parameter_count
+from unmask import tasks
+from unmask.manifest import write_text_atomic
+from unmask.export.reference import LladaModel, llada_config, parameter_count
 from .tokenizer import save_tokenizer, special_ids, train_tokenizer
 
 
@@ -73,7 +73,7 @@ class TrainConfig:
     n_heads: int = 4
     mlp_hidden_size: int = 384
     init_std: float = 0.02  # std of the normal init of every linear and embedding weight (LLaDA's init_std 0.02);
-    # d_model^-0.5 (0.0884) leaves the early loss plateau sooner but ended at 83.0% in its one full run (README)
+    # d_model^-0.5 (0.0884) leaves the early loss plateau sooner but ended at 83.0% in its one full run (training/README.md)
     weight_tying: bool = False  # LM head = embedding^T (LLaDA's weight_tying): copying a prompt token is then
     # attention passing its embedding through, not an embedding-to-head map learned from scratch
     vocab_size: int = 1024  # BPE target; the model uses the tokenizer's real size
@@ -113,7 +113,7 @@ class TrainConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.1  # every parameter, norm gains included. 0.01 (the previous recipe, with late_at 0.4,
     # on a machine at 0.2 s/step): 63.6% on 500 held-out after 16,062 steps against 89.2% with 0.1 (17,807 steps),
-    # the loss higher all hour (README)
+    # the loss higher all hour (training/README.md)
     ema_decay: float = 0.999  # > 0: checkpoints hold an exponential moving average of the weights (this decay per
     # step; 0 = off), and the end of training scores the raw weights beside it. The shipped model: 96.0% on 500
     # held-out against 93.8% raw (arithmetic 86% against 77%); the previous one 94.4% against 93.6%; in another
@@ -590,9 +590,7 @@ def train(cfg: TrainConfig) -> dict:
     if average is not None:  # the same examples with the weights the average was taken of
         summary["heldout_exact_match_raw_weights"] = raw = evaluate(model, batcher, final)
         log(f"raw (not averaged) weights: held-out exact match {_fmt(raw)}")
-    tmp = out / "training_summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "training_summary.json")
+    write_text_atomic(out / "training_summary.json", json.dumps(summary, indent=2) + "\n")
     log(f"done: {step} steps, final held-out exact match {_fmt(accuracy)}; typed loosely {_fmt(loose)}")
     return summary
 
@@ -602,7 +600,7 @@ def _fmt(accuracy: dict[str, float]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    parser = argparse.ArgumentParser(prog="python -m unmask.export.training.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n")[0])
     defaults = TrainConfig()
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
