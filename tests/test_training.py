@@ -11,16 +11,13 @@ from unmask import tasks
 from unmask.export.safetensors_io import CheckpointTensors
 from unmask.export.reference import LladaModel, llada_config, load_reference
 from training.tokenizer import special_ids, train_tokenizer
+from training.batches import TRIM_EOS_MAX, Batch, Batcher, parse_family_weights
 from training.train import (
-    Batch,
-    Batcher,
-    TRIM_EOS_MAX,
     TrainConfig,
     add_noise,
     diffusion_loss,
     generate_low_confidence,
     main,
-    parse_family_weights,
     resolve_precision,
     train,
 )
