@@ -33,6 +33,7 @@ from .errors import ConfigError, ModelFormatError
 from .manifest import Manifest
 from .package import Package, open_package
 from .stats import GenerationStats, peak_rss_bytes
+from .store import resolve as resolve_model
 from .tokenizer import Tokenizer
 
 DEFAULT_MODEL = ("models", "default")  # inside the installed package: unmask/models/default/
@@ -70,8 +71,8 @@ class StreamEvent:
 
 
 def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
-    """Open a model package (path=None: the embedded default model) on `device`."""
-    folder = Path(path) if path is not None else default_package_dir()
+    """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`."""
+    folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive integer, got {threads!r}")
     package = open_package(folder)

@@ -25,6 +25,7 @@ import click
 
 from ..config import ALGORITHMS, CACHE_MODES, GenerationConfig
 from ..errors import ConfigError, ModelFormatError
+from ..store import resolve as resolve_model
 
 # Model facts come from the package manifest, never from a flag.
 MODEL_FACTS = ("mask_id", "eos_id", "eot_id", "shift_logits")
@@ -296,6 +297,7 @@ def echo_err(message: str) -> None:
 
 def open_model(path: str | os.PathLike | None, device: str, threads: int | None):
     """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`)."""
+    path = resolve_model(path)  # a name in the model store -> its folder
     check_model_path(path)
     from ..model import load
 
