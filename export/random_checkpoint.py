@@ -19,6 +19,7 @@ from .testing import make_dream_checkpoint, make_llada_checkpoint
 
 FAMILIES = {"llada": make_llada_checkpoint, "dream": make_dream_checkpoint}
 DTYPES = ("float32", "float16", "bfloat16")
+CONTEXT = 1024  # nominal maximum sequence length written to config.json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists():
         print(f"error: {args.out} already exists; choose a new folder", file=sys.stderr)
         return 1
-    folder = FAMILIES[args.family](args.out, dtype=args.dtype, seed=args.seed)
+    # a context long enough for the runtime's default gen_length plus a chat prompt
+    context = {"llada": "max_sequence_length", "dream": "max_position_embeddings"}[args.family]
+    folder = FAMILIES[args.family](args.out, dtype=args.dtype, seed=args.seed, **{context: CONTEXT})
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     print(f"wrote a random {args.family} checkpoint to {folder} ({size / 1024:.0f} KiB); "
           f"next: unmask export {folder} NAME")
