@@ -4,6 +4,7 @@ A real package is exported once (tiny random LLaDA) and copied into a store per 
 commands run through the console entry point (`unmask.cli.main`), as a shell would.
 """
 
+import io
 import json
 import shutil
 
@@ -117,16 +118,24 @@ class TestCommands:
         ["info", "tiny", "--json"],
         ["devices", "--model", "tiny", "--json"],
         ["generate", "tiny", "-p", "hi", "--gen-length", "8", "--block-length", "8", "--json"],
+        ["bench", "tiny", "--runs", "1", "--warmup", "0", "--gen-length", "8", "--block-length", "8", "--json"],
+        ["chat", "tiny", "--no-stream", "--gen-length", "8", "--block-length", "8"],
     ])
-    def test_every_command_takes_a_name(self, models, package, capsys, command):
+    def test_every_command_takes_a_name(self, models, package, capsys, monkeypatch, command):
         put(models, package)
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))  # chat: one piped turn
         code, out, err = cli(command, capsys)
         assert code == 0, err
+        if command[0] == "chat":
+            assert out.endswith("\n") and "error" not in err
+            return
         doc = json.loads(out)
         if command[0] == "info":
             assert doc["path"] == str(models / "tiny")
         elif command[0] == "generate":
             assert len(doc["token_ids"]) == 8
+        elif command[0] == "bench":
+            assert doc["model"]["path"] == str(models / "tiny") and (models.parent / "work" / "bench-tiny").is_dir()
 
     def test_unknown_name_is_one_line(self, models, capsys):
         code, out, err = cli(["generate", "nope", "-p", "hi"], capsys)
