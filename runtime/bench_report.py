@@ -94,7 +94,8 @@ def _profile_caption(profile: Mapping[str, Any]) -> str:
     inside = profile["kernel_seconds"] / step if step > 0 else 0.0
     return (f"ONNX Runtime operators over the measured runs: {profile['forwards']} forward passes, "
             f"{step * 1e3:.1f} ms of step time, {inside * 100:.1f}% of it in ORT kernels "
-            f"(the rest: the decoder, inputs, ORT's own overhead); trace: {profile['trace']}")
+            f"(the rest: the decoder, inputs, ORT's own overhead); trace: {profile['trace']}"
+            + (f"; note: {profile['note']}" if profile.get("note") else ""))
 
 
 def _profile_cells(doc: Mapping[str, Any]) -> list[list[str]]:

@@ -70,15 +70,23 @@ class StreamEvent:
 # ---------------------------------------------------------------------- loading
 
 
-def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
-    """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`."""
+def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None, *,
+         profile_prefix: str | os.PathLike | None = None) -> "Model":
+    """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`.
+
+    profile_prefix turns on ONNX Runtime's profiler (`unmask bench --profile`): the trace is written
+    to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
+    """
     folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive integer, got {threads!r}")
     package = open_package(folder)
     placement = select_device(package, device, threads)
+    options = placement.session_options()
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
     try:
-        session = placement.create_session(package.graph_path)
+        session = placement.create_session(package.graph_path, sess_options=options)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
         raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)

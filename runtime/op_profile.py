@@ -1,13 +1,13 @@
 """`unmask bench --profile`: ONNX Runtime's per-operator profile of the bench's measured runs.
 
-The bench runs on a second session of the same package opened with ORT's profiler on
-(SessionOptions.enable_profiling, via the placement's own `create_session`, so provider
-and thread settings are the ones `load()` chose). ORT writes one trace for the whole
-session; each forward pass is a `model_run` event and each kernel a `*_kernel_time`
-event inside one. The bench's timeline says which forward passes belonged to warm-up
-runs, so only kernels inside measured passes are summed: per operator type, total
-time and share of the measured runs' step time (forward + host), so the shares add up
-to at most 100% and the rest is time outside ORT's kernels (the decoder, input copies).
+The bench loads the package with ORT's profiler on (`load(..., profile_prefix=...)`:
+SessionOptions.enable_profiling on the placement's own options, so provider and threads
+are what `load()` would choose anyway). ORT writes one trace for the whole session; each
+forward pass is a `model_run` event and each kernel a `*_kernel_time` event inside one.
+The bench's timeline says which forward passes belonged to warm-up runs, so only kernels
+inside measured passes are summed: per operator type, total time and share of the
+measured runs' step time (forward + host), so the shares add up to at most 100% and the
+rest is time outside ORT's kernels (the decoder, input copies).
 Times are with the profiler on, which adds a few percent to every kernel.
 """
 
@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from .errors import ModelFormatError
 
 TRACE_NAME = "ort_profile.json"
+PREFIX = "ort_profile"  # ORT appends _<date>_<time>.json; finish() renames the file to TRACE_NAME
 TOP = 12  # operator types listed; the rest are summed into one "other" line
 
 # operator type -> what it does, so the summary reads as attention / matmul / moe / ...
@@ -38,20 +39,6 @@ KINDS = {
     "embedding": ("Gather", "GatherElements", "GatherND"),
 }
 _KIND_OF = {op: kind for kind, ops in KINDS.items() for op in ops}
-
-
-def profiled_model(model: Any, folder: Path) -> Any:
-    """A second Model on the same package whose ORT session writes a profile trace under `folder`."""
-    from .model import Model
-
-    placement = model.placement
-    if placement is None:
-        raise ModelFormatError("--profile needs a model opened by unmask.load (its device placement)")
-    options = placement.session_options()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(folder / "ort_profile")
-    session = placement.create_session(model.package.graph_path, sess_options=options)
-    return Model(model.package, session, threads=model.threads, device=model.device, placement=placement)
 
 
 def finish(model: Any, folder: Path) -> Path:
@@ -70,7 +57,7 @@ def summarize(trace: Path, timeline: Sequence[Any]) -> dict[str, Any]:
     events = _read(trace)
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
                   and e.get("name") == "model_run")
-    measured_runs = _measured(runs, timeline)
+    measured_runs, note = _measured(runs, timeline)
     starts = [start for start, _ in measured_runs]
     seconds: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
@@ -91,7 +78,7 @@ def summarize(trace: Path, timeline: Sequence[Any]) -> dict[str, Any]:
         operators.append(_line(f"other ({len(rest)} types)", sum(calls[o] for o in rest),
                                sum(seconds[o] for o in rest), step_seconds, kind="other"))
     return {"trace": trace.name, "forwards": len(measured_runs), "step_seconds": step_seconds,
-            "kernel_seconds": sum(seconds.values()), "operators": operators}
+            "kernel_seconds": sum(seconds.values()), "operators": operators, "note": note}
 
 
 def _line(op: str, calls: int, seconds: float, step_seconds: float, kind: str | None = None) -> dict[str, Any]:
@@ -99,18 +86,22 @@ def _line(op: str, calls: int, seconds: float, step_seconds: float, kind: str | 
             "share": seconds / step_seconds if step_seconds > 0 else 0.0}
 
 
-def _measured(runs: list[tuple[float, float]], timeline: Sequence[Any]) -> list[tuple[float, float]]:
-    """The model_run intervals of measured generations: the trace's runs, in order, matched to the timeline."""
+Interval = tuple[float, float]  # (start, end) of one model_run in the trace, microseconds
+
+
+def _measured(runs: list[Interval], timeline: Sequence[Any]) -> tuple[list[Interval], str]:
+    """The model_run intervals of measured generations (the trace's runs, in order, matched to the
+    timeline), and a note when they cannot be matched (then every run counts)."""
     expected = sum(g.nfe for g in timeline)
     if len(runs) != expected:
-        raise ModelFormatError(f"ORT profile has {len(runs)} forward passes where the bench made {expected}; "
-                               "cannot tell warm-up from measured passes")
+        return runs, (f"the trace has {len(runs)} forward passes where the bench counted {expected}, "
+                      "so warm-up passes could not be left out")
     chosen, index = [], 0
     for generation in timeline:
         if generation.measured:
             chosen += runs[index:index + generation.nfe]
         index += generation.nfe
-    return chosen
+    return chosen, ""
 
 
 def _read(trace: Path) -> list[dict[str, Any]]:

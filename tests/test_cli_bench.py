@@ -206,3 +206,28 @@ class TestProfile:
         assert "matmul" in kinds.values() and all(k for k in kinds.values())
         assert "ONNX Runtime operators over the measured runs" in captured.out
         assert "share of step time" in (out / "bench.md").read_text()
+
+    def test_summary_of_a_trace(self, tmp_path):
+        """A hand-written trace: one warm-up pass, two measured ones; only the measured kernels count."""
+        from unmask import op_profile
+
+        def run(ts):
+            return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 100}
+
+        def kernel(ts, op, dur):
+            return {"cat": "Node", "name": f"n{ts}_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": op}}
+
+        events = [run(0), kernel(10, "MatMul", 90),  # warm-up
+                  run(1000), kernel(1010, "MatMul", 40), kernel(1060, "GroupQueryAttention", 20),
+                  run(2000), kernel(2010, "MatMul", 40), kernel(2060, "Softmax", 10)]
+        trace = tmp_path / "t.json"
+        trace.write_text(json.dumps(events))
+        timeline = [bench.Generation(False, 1, 1.0), bench.Generation(True, 2, 400e-6)]
+        summary = op_profile.summarize(trace, timeline)
+        assert summary["forwards"] == 2 and summary["note"] == ""
+        assert [(o["op_type"], o["kind"], o["calls"]) for o in summary["operators"]] == [
+            ("MatMul", "matmul", 2), ("GroupQueryAttention", "attention", 1), ("Softmax", "attention", 1)]
+        assert [o["share"] for o in summary["operators"]] == pytest.approx([0.2, 0.05, 0.025])
+
+        mismatched = op_profile.summarize(trace, [bench.Generation(True, 2, 400e-6)])
+        assert mismatched["forwards"] == 3 and "could not be left out" in mismatched["note"]

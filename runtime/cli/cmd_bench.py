@@ -120,14 +120,15 @@ class _Request:
 
 def _bench_one(path: str | None, folder: Path, req: _Request) -> dict:
     """Load one model, measure every case, write its files; returns its bench.json document."""
-    loaded = open_model(path, req.device, req.threads)
+    # --profile: the one session of the bench records ORT's trace (warm-up passes are left out later)
+    profiling = {"profile_prefix": folder / op_profile.PREFIX} if req.profile else {}
+    loaded = open_model(path, req.device, req.threads, **profiling)
     # the base is checked with the first compared length (steps/block_length must fit it)
     sized = req.overrides if req.gen_lengths[0] is None else {**req.overrides, "gen_length": req.gen_lengths[0]}
     base = prepare(loaded, sized, verbose=req.verbose)
     cases = bench.plan(base, caches=req.caches, thresholds=req.thresholds, gen_lengths=req.gen_lengths)
     timeline: list[bench.Generation] = []
-    measured = op_profile.profiled_model(loaded, folder) if req.profile else loaded
-    rows = _run_with_progress(measured, cases, req.prompts, base, req.runs, req.warmup, timeline)
+    rows = _run_with_progress(loaded, cases, req.prompts, base, req.runs, req.warmup, timeline)
     m = loaded.manifest
     doc = bench.report(
         rows,
@@ -138,7 +139,7 @@ def _bench_one(path: str | None, folder: Path, req: _Request) -> dict:
         runs=req.runs, warmup=req.warmup, prompts=len(req.prompts),
     )
     if req.profile:
-        doc["profile"] = op_profile.summarize(op_profile.finish(measured, folder), timeline)
+        doc["profile"] = op_profile.summarize(op_profile.finish(loaded, folder), timeline)
     written = bench.write_all(doc, folder)
     click.echo(bench.summary(doc), err=req.as_json)  # the table is the result; with --json stdout is JSON
     trace = [folder / op_profile.TRACE_NAME] if req.profile else []

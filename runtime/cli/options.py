@@ -295,13 +295,14 @@ def echo_err(message: str) -> None:
 # ---------------------------------------------------------------------- model + settings, once per command
 
 
-def open_model(path: str | os.PathLike | None, device: str, threads: int | None):
-    """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`)."""
+def open_model(path: str | os.PathLike | None, device: str, threads: int | None, **options: Any):
+    """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`);
+    `options` are load()'s keyword-only ones (profile_prefix)."""
     path = resolve_model(path)  # a name in the model store -> its folder
     check_model_path(path)
     from ..model import load
 
-    return load(path, device=device, threads=threads)
+    return load(path, device=device, threads=threads, **options)
 
 
 def prepare(model: Any, overrides: Mapping[str, Any], *, verbose: bool) -> GenerationConfig:
