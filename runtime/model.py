@@ -32,6 +32,7 @@ from .errors import ConfigError, ModelFormatError
 from .manifest import Manifest
 from .package import Package, open_package
 from .stats import GenerationStats, peak_rss_bytes
+from .store import resolve as resolve_model
 from .tokenizer import Tokenizer
 
 DEFAULT_MODEL = ("models", "default")  # inside the installed package: unmask/models/default/
@@ -71,13 +72,21 @@ class StreamEvent:
 # ---------------------------------------------------------------------- loading
 
 
-def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
-    """Open a model package (path=None: the embedded default model) on `device`."""
-    folder = Path(path) if path is not None else default_package_dir()
+def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None, *,
+         profile_prefix: str | os.PathLike | None = None) -> "Model":
+    """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`.
+
+    profile_prefix turns on ONNX Runtime's profiler (`unmask bench --profile`): the trace is written
+    to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
+    """
+    folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
     package = open_package(folder)
     placement = select_device(package, device, check_threads(threads))
+    options = placement.session_options()
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
     try:
-        session = placement.create_session(package.graph_path)
+        session = placement.create_session(package.graph_path, sess_options=options)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
         raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
