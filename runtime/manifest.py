@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from .config import GenerationConfig
 from .errors import ConfigError, ModelFormatError
+from .limits import MAX_JSON_BYTES, MAX_TOKENIZER_BYTES, check_json_depth, read_bounded
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "unmask.json"
@@ -146,10 +147,14 @@ def read_manifest(package_dir: str | os.PathLike) -> Manifest:
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object stored in `path`; ModelFormatError naming the file when it is unreadable,
-    not JSON, or not an object. Callers check existence themselves (their messages differ)."""
+    not JSON, not an object, or beyond the limits of unmask.limits (size, type, nesting).
+    Callers check existence themselves (their messages differ)."""
+    limit = MAX_TOKENIZER_BYTES if path.name == "tokenizer.json" else MAX_JSON_BYTES  # a checkpoint's tokenizer
+    data = read_bounded(path, limit, "JSON file")  # no FIFO, no giant file
+    check_json_depth(data, path)  # before json.loads, which recurses once per level
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFormatError(f"{path}: not readable JSON ({exc})") from exc
     if not isinstance(raw, dict):
         raise ModelFormatError(f"{path}: expected a JSON object at the top level")

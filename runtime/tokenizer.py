@@ -5,16 +5,22 @@ encoded with special-token matching switched off (`encode_special_tokens`), so a
 who types "<|eot_id|>" gets the characters, not the turn-end token. The only way a
 special id enters a prompt is `special_id()`, used by the chat template encoder for
 the template's own structural tokens.
+
+A tokenizer.json comes from the package, so it is read through `checked_tokenizer_json`
+first: a regular file within MAX_TOKENIZER_BYTES, nested at most MAX_JSON_DEPTH, no token
+longer than MAX_TOKEN_CHARS (the tokenizers library needs ~80x a token's size in memory).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import tokenizers
 
 from .errors import ModelFormatError
+from .limits import MAX_TOKEN_CHARS, MAX_TOKENIZER_BYTES, check_json_depth, read_bounded
 
 
 class Tokenizer:
@@ -33,10 +39,16 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Tokenizer":
+        path = Path(path)
+        return cls.from_json(checked_tokenizer_json(read_bounded(path, MAX_TOKENIZER_BYTES, "tokenizer"), path), path)
+
+    @classmethod
+    def from_json(cls, text: str, source: object = "tokenizer.json") -> "Tokenizer":
+        """From the text of a tokenizer.json that passed `checked_tokenizer_json`."""
         try:
-            return cls(tokenizers.Tokenizer.from_file(str(path)))
+            return cls(tokenizers.Tokenizer.from_str(text))
         except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-            raise ModelFormatError(f"cannot read tokenizer {path}: {exc}") from exc
+            raise ModelFormatError(f"cannot read tokenizer {source}: {exc}") from exc
 
     @property
     def vocab_size(self) -> int:
@@ -54,5 +66,44 @@ class Tokenizer:
             raise ModelFormatError(f"{token!r} is not a special token of this tokenizer")
         return token_id
 
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary string of one id (None when out of range)."""
+        return self._backend.id_to_token(int(token_id))
+
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         return self._backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+
+def checked_tokenizer_json(data: bytes, source: object) -> str:
+    """The text of tokenizer.json bytes within the limits above; ModelFormatError otherwise."""
+    check_json_depth(data, source)
+    try:
+        text = data.decode("utf-8")
+        raw = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{source}: not a readable tokenizer.json ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ModelFormatError(f"{source}: expected a JSON object at the top level of tokenizer.json")
+    longest = max((len(t) for t in _token_strings(raw)), default=0)
+    if longest > MAX_TOKEN_CHARS:
+        raise ModelFormatError(f"{source}: a token of {longest} characters is above the limit of "
+                               f"{MAX_TOKEN_CHARS}; this tokenizer.json is damaged or hostile")
+    return text
+
+
+def _token_strings(raw: dict[str, Any]) -> Iterable[str]:
+    """Every token string: added tokens, and the model's vocabulary and merges (BPE, WordPiece, Unigram)."""
+    for added in raw.get("added_tokens") or ():
+        if isinstance(added, dict) and isinstance(added.get("content"), str):
+            yield added["content"]
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        yield from (k for k in vocab if isinstance(k, str))
+    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        yield from (e[0] for e in vocab if isinstance(e, list) and e and isinstance(e[0], str))
+    for merge in model.get("merges") or ():
+        if isinstance(merge, str):  # "left right"
+            yield from merge.split(" ")
+        elif isinstance(merge, list):
+            yield from (m for m in merge if isinstance(m, str))
