@@ -121,6 +121,7 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
         size_bytes=sum((folder / name).stat().st_size for name in files),
         generation=generation_defaults(GENERATION_DEFAULTS[s.architecture]),
         chat_template=tokenizer.chat_template,
+        tokenizer_sha256=sha256_file(folder / "tokenizer.json"),
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
         provenance={

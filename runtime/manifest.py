@@ -82,6 +82,7 @@ class Manifest:
     generation: dict[str, Any] = field(default_factory=dict)  # GenerationConfig fields that differ
     chat_template: str | None = None
     tokenizer: str = "tokenizer.json"
+    tokenizer_sha256: str | None = None  # required by unmask.load; None only in packages written before it
     bos_token: str | None = None  # strings the chat template refers to
     eos_token: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)

@@ -31,7 +31,7 @@ from .config import GenerationConfig
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
 from .manifest import Manifest
-from .package import Package, open_package
+from .package import Package, read_package
 from .stats import GenerationStats, peak_rss_bytes
 from .tokenizer import Tokenizer
 
@@ -74,10 +74,10 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
     folder = Path(path) if path is not None else default_package_dir()
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive integer, got {threads!r}")
-    package = open_package(folder)
+    package, graph = read_package(folder)
     placement = select_device(package, device, threads)
-    try:
-        session = placement.create_session(package.graph_path)
+    try:  # the bytes that were hashed, not the paths: nothing can be swapped in between
+        session = placement.create_session(graph.model, external_data=graph.external)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
         raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
@@ -113,7 +113,7 @@ class Model:
         self.manifest: Manifest = package.manifest
         self.threads = threads
         self.device = device
-        self.tokenizer = Tokenizer.from_file(package.tokenizer_path)
+        self.tokenizer = Tokenizer.from_json(package.tokenizer_json, package.tokenizer_path)  # the hashed text
         m = self.manifest
         self.chat_template = (
             ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token) if m.chat_template else None
