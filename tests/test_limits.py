@@ -94,24 +94,24 @@ class TestTemplates:
         with pytest.raises(ModelFormatError):
             ChatTemplate(HOSTILE_TEMPLATES[name])
 
-    def test_input_dependent_blow_up_is_refused_at_render(self):
-        template = ChatTemplate("{% for m in messages %}{% if m['content'] == 'boom' %}{{ 'x' * 10000000 }}"
-                                "{% endif %}{% endfor %}ok")
+    @pytest.mark.parametrize("template, trigger, error, match", [
+        # a blow-up only some input reaches is refused when it is reached
+        ("{% for m in messages %}{% if m['content'] == 'boom' %}{{ 'x' * 10000000 }}{% endif %}{% endfor %}ok",
+         {"role": "user", "content": "boom"}, ModelFormatError, "limit"),
+        # the template's own rule (raise_exception) stays a ConfigError
+        ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system') }}{% endif %}ok",
+         {"role": "system", "content": "s"}, ConfigError, "no system"),
+    ])
+    def test_input_dependent_failure_at_render(self, template, trigger, error, match):
+        template = ChatTemplate(template)
         assert template.render(MESSAGES) == "ok"
-        with pytest.raises(ModelFormatError, match="limit"):
-            template.render([{"role": "user", "content": "boom"}])
+        with pytest.raises(error, match=match):
+            template.render([trigger])
 
     def test_long_messages_fit_the_output_budget(self):
         content = "y" * (3 << 20)  # longer than the fixed allowance: the budget grows with the messages
         template = ChatTemplate("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] + '!' }}{% endfor %}")
         assert template.render([{"role": "user", "content": content}]) == f"<user>{content}!"
-
-    def test_raise_exception_is_still_a_config_error(self):
-        template = ChatTemplate("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system') }}"
-                                "{% endif %}ok")
-        assert template.render(MESSAGES) == "ok"
-        with pytest.raises(ConfigError, match="no system"):
-            template.render([{"role": "system", "content": "s"}])
 
     def test_template_bug_is_typed(self):
         with pytest.raises(ModelFormatError, match="ZeroDivisionError"):
