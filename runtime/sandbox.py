@@ -26,6 +26,8 @@ from typing import Any, Iterable
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
+import jinja2.runtime
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -171,7 +173,9 @@ def _bounded_filter(name: str, func):
     def bounded(*args, **kwargs):
         for value in (*args, *kwargs.values()):
             _small(value)
-        values = [a for a in args if not isinstance(a, (jinja2.runtime.Context, jinja2.Environment))]
+        # the value and arguments, without what pass_context / pass_eval_context / pass_environment prepend
+        values = [a for a in args if not isinstance(a, (jinja2.runtime.Context, jinja2.nodes.EvalContext,
+                                                        jinja2.Environment))]
         if name == "replace" and len(values) >= 3 and all(isinstance(v, str) for v in values[:3]):
             _fits(_replace_size(*values[:3]))
         if name == "join" and values:

@@ -23,6 +23,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 class TestFiles:
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
     def test_fifo_is_refused_without_blocking(self, tmp_path):
         os.mkfifo(tmp_path / "pipe")
         with pytest.raises(ModelFormatError, match="not a regular file"):
@@ -82,8 +83,9 @@ HOSTILE_TEMPLATES = {
     "format width": "{{ '{:>999999999}'.format(1) }}",
     "replace": "{% set s = 'a' * 90000 %}{{ s.replace('', s) }}",
     "indent": "{% set s = '\\n' * 90000 %}{{ s|indent(s) }}",
-    "join": "{% set s = ['a' * 90000] * 90000 %}{{ s|join }}",
-    "str.join": "{% set s = ['a' * 90000] * 90000 %}{{ ''.join(s) }}",
+    "list repeat": "{% set s = ['a' * 90000] * 90000 %}{{ s|length }}",
+    "join": "{% set s = 'a' * 90000 %}{{ [s, s, s, s, s, s, s, s]|join(s * 8) }}",
+    "str.join": "{% set s = 'a' * 90000 %}{{ (s * 8).join([s, s, s, s, s, s, s, s]) }}",
     "too long": "x" * (300 * 1024),
 }
 
