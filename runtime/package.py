@@ -59,12 +59,25 @@ def open_package(folder: str | os.PathLike) -> Package:
 
 def read_package(folder: str | os.PathLike) -> tuple[Package, GraphBytes]:
     """open_package, keeping the graph bytes it hashed: the only bytes ORT should be given."""
-    package, graph = _open(Path(folder), keep=True)
-    assert graph is not None
-    return package, graph
+    return _open(Path(folder), keep=True)
 
 
-def _open(folder: Path, keep: bool) -> tuple[Package, GraphBytes | None]:
+def _open(folder: Path, keep: bool) -> tuple[Package, GraphBytes]:
+    manifest = _checked_manifest(folder)
+    graph_path = folder / manifest.graph.file
+    model, locations = _read_graph(graph_path, manifest)
+    external = _hash_external(folder, manifest, locations if keep else set())
+    tokenizer_path = folder / manifest.tokenizer
+    data = read_bounded(tokenizer_path, MAX_TOKENIZER_BYTES, "tokenizer")
+    _compare(tokenizer_path, hashlib.sha256(data).hexdigest(), manifest.tokenizer_sha256)
+    tokenizer_json = checked_tokenizer_json(data, tokenizer_path)
+    if manifest.chat_template is not None:  # compiles and test-renders it within the template limits
+        ChatTemplate(manifest.chat_template, bos_token=manifest.bos_token, eos_token=manifest.eos_token)
+    return Package(folder, manifest, graph_path, tokenizer_path, tokenizer_json), GraphBytes(model, external)
+
+
+def _checked_manifest(folder: Path) -> Manifest:
+    """The manifest, if it hashes every file it names and names only files inside `folder`."""
     if not folder.is_dir():
         raise ModelFormatError(f"{folder}: not a folder (expected a model package with {MANIFEST_NAME})")
     manifest = read_manifest(folder)
@@ -78,26 +91,22 @@ def _open(folder: Path, keep: bool) -> tuple[Package, GraphBytes | None]:
         )
     for name in [*graph.files, manifest.tokenizer]:
         inside(folder, name)
-    graph_path = folder / graph.file
+    return manifest
+
+
+def _read_graph(graph_path: Path, manifest: Manifest) -> tuple[bytes, set[str]]:
+    """The graph's bytes, checked against its sha256, and the external-data files it names (all listed)."""
     model = read_bounded(graph_path, MAX_GRAPH_BYTES, "ONNX graph")
-    _compare(graph_path, hashlib.sha256(model).hexdigest(), graph.files[graph.file])
+    _compare(graph_path, hashlib.sha256(model).hexdigest(), manifest.graph.files[manifest.graph.file])
     if not model:
         raise ModelFormatError(f"{graph_path}: empty graph file")
     locations = set(external_data_locations(model))
     for location in sorted(locations):
-        if location not in graph.files:
+        if location not in manifest.graph.files:
             raise ModelFormatError(
                 f"{graph_path}: external data {location!r} is not listed (with its sha256) in graph.files"
             )
-    external = _hash_external(folder, manifest, locations if keep else set())
-    tokenizer_path = folder / manifest.tokenizer
-    data = read_bounded(tokenizer_path, MAX_TOKENIZER_BYTES, "tokenizer")
-    _compare(tokenizer_path, hashlib.sha256(data).hexdigest(), manifest.tokenizer_sha256)
-    tokenizer_json = checked_tokenizer_json(data, tokenizer_path)
-    if manifest.chat_template is not None:  # compiles and test-renders it within the template limits
-        ChatTemplate(manifest.chat_template, bos_token=manifest.bos_token, eos_token=manifest.eos_token)
-    package = Package(folder, manifest, graph_path, tokenizer_path, tokenizer_json)
-    return package, GraphBytes(model, external) if keep else None
+    return model, locations
 
 
 def _hash_external(folder: Path, manifest: Manifest, keep: set[str]) -> dict[str, bytes]:
