@@ -30,7 +30,7 @@ from .chat import ChatTemplate, check_messages
 from .config import GenerationConfig
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
-from .manifest import Manifest
+from .manifest import Manifest, read_manifest
 from .package import Package, read_package
 from .stats import GenerationStats, peak_rss_bytes
 from .tokenizer import Tokenizer
@@ -74,8 +74,11 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
     folder = Path(path) if path is not None else default_package_dir()
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive integer, got {threads!r}")
-    package, graph = read_package(folder)
-    placement = select_device(package, device, threads)
+    if not folder.is_dir():
+        raise ModelFormatError(f"{folder}: not a folder (expected a model package with unmask.json)")
+    manifest = read_manifest(folder)
+    placement = select_device(manifest, device, threads)  # refuses a model too big for free memory before reading it
+    package, graph = read_package(folder, manifest)
     try:  # the bytes that were hashed, not the paths: nothing can be swapped in between
         session = placement.create_session(graph.model, external_data=graph.external)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
@@ -93,11 +96,11 @@ def default_package_dir() -> Path:
     return Path(str(folder))
 
 
-def select_device(package: Package, device: str, threads: int | None):
+def select_device(manifest: Manifest, device: str, threads: int | None):
     """unmask.devices' Placement for this package: provider, session options, threads."""
     from .devices import select
 
-    return select(package.manifest, device, threads=threads)  # DeviceError / ConfigError
+    return select(manifest, device, threads=threads)  # DeviceError / ConfigError
 
 
 # ---------------------------------------------------------------------- the model

@@ -57,13 +57,15 @@ def open_package(folder: str | os.PathLike) -> Package:
     return _open(Path(folder), keep=False)[0]
 
 
-def read_package(folder: str | os.PathLike) -> tuple[Package, GraphBytes]:
-    """open_package, keeping the graph bytes it hashed: the only bytes ORT should be given."""
-    return _open(Path(folder), keep=True)
+def read_package(folder: str | os.PathLike, manifest: Manifest | None = None) -> tuple[Package, GraphBytes]:
+    """open_package, keeping the graph bytes it hashed: the only bytes ORT should be given.
+    `manifest`: this folder's manifest when the caller has read it already (load checks the
+    device's free memory against it before the weights are read)."""
+    return _open(Path(folder), keep=True, manifest=manifest)
 
 
-def _open(folder: Path, keep: bool) -> tuple[Package, GraphBytes]:
-    manifest = _checked_manifest(folder)
+def _open(folder: Path, keep: bool, manifest: Manifest | None = None) -> tuple[Package, GraphBytes]:
+    manifest = _checked_manifest(folder, manifest)
     graph_path = folder / manifest.graph.file
     model, locations = _read_graph(graph_path, manifest)
     external = _hash_external(folder, manifest, locations if keep else set())
@@ -76,11 +78,11 @@ def _open(folder: Path, keep: bool) -> tuple[Package, GraphBytes]:
     return Package(folder, manifest, graph_path, tokenizer_path, tokenizer_json), GraphBytes(model, external)
 
 
-def _checked_manifest(folder: Path) -> Manifest:
+def _checked_manifest(folder: Path, manifest: Manifest | None) -> Manifest:
     """The manifest, if it hashes every file it names and names only files inside `folder`."""
     if not folder.is_dir():
         raise ModelFormatError(f"{folder}: not a folder (expected a model package with {MANIFEST_NAME})")
-    manifest = read_manifest(folder)
+    manifest = manifest or read_manifest(folder)
     graph = manifest.graph
     if graph.file not in graph.files:
         raise ModelFormatError(f"{folder / MANIFEST_NAME}: graph.files must list {graph.file!r} with its sha256")

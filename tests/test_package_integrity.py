@@ -83,13 +83,15 @@ class TestNoSwapWindow:
     """Files replaced after they were hashed (here: between the check and the session) change nothing."""
 
     def _swap_after_check(self, monkeypatch, swap):
-        select = model_module.select_device
+        """Run `swap(folder)` after the package is read and hashed, just before ORT gets the graph."""
+        read = model_module.read_package
 
-        def select_then_swap(package, device, threads):
-            swap(package.folder)
-            return select(package, device, threads)
+        def read_then_swap(folder, manifest=None):
+            checked = read(folder, manifest)
+            swap(checked[0].folder)
+            return checked
 
-        monkeypatch.setattr(model_module, "select_device", select_then_swap)
+        monkeypatch.setattr(model_module, "read_package", read_then_swap)
 
     def test_graph_swapped(self, tmp_path, monkeypatch):
         folder = _copy_default(tmp_path)
@@ -120,3 +122,14 @@ class TestNoSwapWindow:
         assert set(graph.external) == {"model.onnx.data"}
         assert graph.model == (external_package / "model.onnx").read_bytes()
         assert package.tokenizer_json == (external_package / "tokenizer.json").read_text(encoding="utf-8")
+
+
+class TestOrder:
+    def test_memory_check_comes_before_reading_the_weights(self, tmp_path):
+        folder = _copy_default(tmp_path)
+        raw = json.loads((folder / "unmask.json").read_text())
+        raw["size_bytes"] = 1 << 50  # a petabyte: no machine has that free
+        (folder / "unmask.json").write_text(json.dumps(raw))
+        (folder / "model.onnx").write_bytes(b"not read: the device check refuses first")
+        with pytest.raises(unmask.DeviceError, match="memory"):
+            unmask.load(folder, device="cpu")
