@@ -41,6 +41,12 @@ class TestTags:
         assert entry["details"]["quantization_level"] == "int8"
 
 
+class TestProbes:
+    def test_banner_and_version(self, client):
+        assert client.get("/").text == "unmask serve is running"
+        assert client.get("/api/version").json() == {"version": unmask.__version__}
+
+
 class TestChat:
     def test_not_streamed(self, client, model):
         expected = model.generate(messages=TIMER)

@@ -131,7 +131,8 @@ class Answer:
         if text:
             if self.first_delta is None:
                 self.first_delta = time.perf_counter() - self.arrived
-            self.emit("delta", text)
+            if self.plan.request.stream:  # a non-streaming reply reads the text off the outcome
+                self.emit("delta", text)
 
     def _canvas(self, step: adapter.Step) -> dict[str, Any]:
         pieces = [None if t < 0 else self._piece(int(t)) for t in self.prefix.canvas]

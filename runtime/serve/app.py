@@ -19,11 +19,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from .. import __version__
 from . import adapter
 from .answer import Answer, Outcome, generate, plan
 from .errors import ApiError, from_exception, ollama_body, openai_body
@@ -89,10 +91,12 @@ class Server:
                            param="model", code="model_not_found")
 
     # ------------------------------------------------------------------ generation
-    def start(self, request: GenerationRequest) -> Job:
+    async def start(self, request: GenerationRequest) -> Job:
         """Plan (every 4xx surfaces here), then queue; 503 when the queue is full."""
         self.metrics.count("requests")
-        planned = plan(self.model, self.facts, lambda: self.vocabulary, request, self.tool_prompt)
+        # Tokenizing (and a first schema's vocabulary scan) off the loop, so other clients stay served.
+        planned = await run_in_threadpool(plan, self.model, self.facts, lambda: self.vocabulary, request,
+                                          self.tool_prompt)
 
         def run(job: Job) -> None:
             if job.cancelled():  # the client left while the job waited
@@ -182,8 +186,16 @@ def create_app(model: Any, options: ServeOptions | None = None) -> Starlette:
     async def metrics(_: Server, request: Request) -> Response:
         return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
+    async def banner(_: Server, request: Request) -> Response:  # what Ollama clients probe for
+        return PlainTextResponse("unmask serve is running")
+
+    async def version(_: Server, request: Request) -> Response:
+        return JSONResponse({"version": __version__})
+
     routes = [Route("/health", endpoint(server, health, openai_body, auth=False)),
-              Route("/metrics", endpoint(server, metrics, openai_body))]
+              Route("/metrics", endpoint(server, metrics, openai_body)),
+              Route("/", endpoint(server, banner, ollama_body)),
+              Route("/api/version", endpoint(server, version, ollama_body))]
     routes += openai_api.routes(server) + ollama_api.routes(server)
 
     async def not_found(request: Request, exc: HTTPException) -> Response:

@@ -132,7 +132,7 @@ def _final(outcome: Outcome) -> dict[str, Any]:
 
 
 async def _answer(server, request: Request, asked: GenerationRequest, *, field: str) -> Response:
-    job = server.start(asked)
+    job = await server.start(asked)
     name = server.facts.name
     if asked.stream:
         return StreamingResponse(_stream(server, job, name, field), media_type="application/x-ndjson")

@@ -117,7 +117,7 @@ async def completions(server, request: Request) -> Response:
 
 
 async def _complete(server, request: Request, asked: GenerationRequest, *, chat: bool) -> Response:
-    job = server.start(asked)
+    job = await server.start(asked)
     ident = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
     head = {"id": ident, "created": int(time.time()), "model": server.facts.name}
     if asked.stream:
