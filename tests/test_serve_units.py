@@ -234,3 +234,46 @@ class TestIsolation:
 
         result = CliRunner().invoke(cli, ["serve", "--help"])
         assert result.exit_code == 0 and "--api-key" in result.output and "/v1/chat/completions" in result.output
+
+
+class _Engine:
+    """Stands in for the model's engine: every row strongly prefers the letter "a"."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def begin(self, *, batch, length, cache, max_window, max_rows):
+        assert cache == "none"
+        engine = self
+
+        class Run:
+            def forward(self, window, ids):
+                rows = engine.rng.normal(size=(batch, len(window.logits_index), len(CHARS))).astype(np.float32)
+                rows[..., ID["a"]] += 20
+                return rows, 0.0
+        return Run()
+
+
+class TestConstrainedRun:
+    @pytest.mark.parametrize("shift", [False, True])
+    def test_holes_only_take_their_tokens(self, shift):
+        from types import SimpleNamespace
+
+        from unmask.serve.adapter import run_steps
+
+        vocab = Vocabulary(decode, len(CHARS), {0, 1}, filler=0)
+        layout = Layout(vocab, encode, 1, {"type": "object", "properties": {
+            "n": {"type": "integer", "maximum": 999}, "s": {"type": "string", "maxLength": 4}}})
+        config = unmask.GenerationConfig(gen_length=layout.length, mask_id=1, eos_id=0, shift_logits=shift)
+        template = layout.template(layout.length)
+        prefix = TemplatePrefix(decode, layout, template, 1)
+        model = SimpleNamespace(engine=_Engine(), threads=1)
+        run_steps(model, np.array(encode("ab"), dtype=np.int64), config,
+                  lambda step: prefix.commit(step.positions, step.tokens), template=template,
+                  mask_logits=layout.mask_logits)
+        value = json.loads(prefix.text)
+        holes = np.flatnonzero(template == 1)
+        digits = [CHARS[t] for t in prefix.canvas[holes[:3]]]
+        assert all(d.isdigit() or d == "<eos>" for d in digits) and digits[0].isdigit()
+        assert value["s"] == "aaaa"  # the string hole takes what the model prefers
+        assert isinstance(value["n"], int)

@@ -132,7 +132,8 @@ def run_steps(model: Any, prompt_ids: np.ndarray, config: Any, on_step: Callable
     """Run one generation, calling on_step after every forward pass; on_step may raise StopGeneration.
 
     `template` (int64[gen_length], mask id in the holes) pins tokens; `mask_logits(logits, start)`
-    edits every step's logits [B, L, V] in place (the generated region begins at row `start`).
+    edits every step's logits [B, L, V] in place: region position k is decided by row start + k
+    (already shifted for models that read a position's distribution from the row before).
     """
     try:
         if template is None:
@@ -157,15 +158,18 @@ def _run_constrained(model: Any, prompt_ids: np.ndarray, config: Any, on_step: C
     start = len(prompt_ids)
     length = start + config.gen_length
     batch = 2 if config.cfg_scale > 0 else 1
-    run = model.engine.begin(batch=batch, length=length, cache="none", max_window=length, max_rows=length)
+    shift = 1 if config.shift_logits else 0  # Dream: position i reads row i-1
+    first = max(0, start - 1)  # the LM head runs for the region (and the row before it: Dream reads i-1)
+    run = model.engine.begin(batch=batch, length=length, cache="none", max_window=length, max_rows=length - first)
     window = SimpleNamespace(window_start=0, window_end=length, refresh=False,
-                             logits_index=np.arange(length, dtype=np.int64))
+                             logits_index=np.arange(first, length, dtype=np.int64))
 
     def forward(ids: np.ndarray) -> np.ndarray:
-        logits, _ = run.forward(window, ids)
-        logits = np.array(logits, dtype=np.float32)  # the engine's buffer is reused by the next step
+        rows, _ = run.forward(window, ids)
+        logits = np.zeros((batch, length, rows.shape[2]), dtype=np.float32)  # prompt rows: never read
+        logits[:, first:] = rows  # a copy: the engine reuses its buffer at the next step
         if mask_logits is not None:
-            mask_logits(logits, start)
+            mask_logits(logits, start - shift)  # the row each position's distribution is read from
         return logits
 
     def step(event: Any) -> None:

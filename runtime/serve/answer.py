@@ -67,7 +67,7 @@ def plan(model: Any, facts: adapter.ModelFacts, vocabulary: Callable[[], Vocabul
         raise ApiError(400, "a forced tool call and response_format cannot be combined", param="response_format")
     messages = request.messages
     if request.tools and tool_prompt and request.tool_choice != "none" and messages is not None:
-        messages = [{"role": "system", "content": system_prompt(request.tools)}] + messages
+        messages = with_system(messages, system_prompt(request.tools))
     source = {"messages": messages} if messages is not None else {"prompt": request.prompt, "raw": request.raw}
     layout = None
     overrides = dict(request.overrides)
@@ -164,6 +164,13 @@ class Answer:
         return Outcome(text, "cancelled" if cancelled else reason, len(self.plan.prompt_ids),
                        int(len(prefix.answer_ids)), self.steps, self.committed,
                        time.perf_counter() - self.started, self.first_delta, calls)
+
+
+def with_system(messages: list[dict], text: str) -> list[dict]:
+    """`text` at the head of the conversation's system turn (one is added when there is none)."""
+    if messages and messages[0].get("role") == "system":
+        return [{"role": "system", "content": f"{text}\n\n{messages[0]['content']}"}] + messages[1:]
+    return [{"role": "system", "content": text}] + messages
 
 
 def _is_object(text: str) -> bool:

@@ -55,6 +55,7 @@ class Worker:
         self._lock = threading.Lock()
         self._waiting = 0
         self._running = 0
+        self._current: Job | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -71,7 +72,11 @@ class Worker:
             self._thread.start()
 
     def stop(self) -> None:
+        """Cancel the running generation (at its next step) and end the thread after it."""
         if self._thread is not None:
+            current = self._current
+            if current is not None:
+                current.cancel()
             self._queue.put(None)
             self._thread.join(timeout=30)
             self._thread = None
@@ -90,7 +95,7 @@ class Worker:
                 return
             with self._lock:
                 self._waiting -= 1
-                self._running = 1
+                self._running, self._current = 1, job
             try:
                 job.run(job)
             except Exception as exc:  # one generation's failure must not stop the server
@@ -98,4 +103,4 @@ class Worker:
                 job.emit("error", exc)
             finally:
                 with self._lock:
-                    self._running = 0
+                    self._running, self._current = 0, None
