@@ -17,6 +17,7 @@ may be fewer. The targets: overhead under 5%, the first delta before the first b
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import statistics
 import subprocess
@@ -68,6 +69,24 @@ def server_round(client: httpx.Client, settings: dict) -> dict:
             "text": reply["choices"][0]["message"]["content"]}
 
 
+def steps_to_first_delta(client: httpx.Client, settings: dict) -> tuple[int | None, int]:
+    """(step of the first content delta, last step of the first block), read off one streamed
+    request with the canvas extension (not timed: canvas events cost time)."""
+    body = {"messages": MESSAGE, **settings, "stream": True, "stream_canvas": True}
+    step, first, block_end = None, None, 0
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            data = json.loads(line[6:])
+            if "tokens" in data:  # a canvas event
+                step = data["step"]
+                block_end = step if data["block"] == 0 else block_end
+            elif first is None and data["choices"][0].get("delta", {}).get("content"):
+                first = step
+    return first, block_end
+
+
 def median(rows: list[dict], key: str) -> float:
     values = [r[key] for r in rows if r[key] is not None]
     return statistics.median(values) if values else float("nan")
@@ -109,8 +128,9 @@ def start_server(threads: int) -> tuple[int, subprocess.Popen]:
 def table(model, base: str, runs: int) -> None:
     print(f"embedded model, {model.threads} threads, {runs} rounds, medians in ms\n")
     print("| workload | API total | server total | overhead | API first text | API first block | "
-          "server first delta | server streamed total | NFE API / server | same text |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "server first delta | server streamed total | NFE API / server | first delta step / first block's last | "
+          "same text |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with httpx.Client(base_url=base, timeout=120) as client:
         for name, settings in WORKLOADS.items():
             api_round(model, settings), server_round(client, settings)  # warm both paths
@@ -120,10 +140,11 @@ def table(model, base: str, runs: int) -> None:
                 srv.append(server_round(client, settings))
             a, s = median(api, "total"), median(srv, "total")
             same = all(x["text"] == y["text"] for x, y in zip(api, srv))
+            first_step, block_end = steps_to_first_delta(client, settings)
             print(f"| {name} | {a * 1e3:.1f} | {s * 1e3:.1f} | {(s / a - 1) * 100:+.1f}% | "
                   f"{median(api, 'first') * 1e3:.1f} | {median(api, 'first_block') * 1e3:.1f} | "
                   f"{median(srv, 'first') * 1e3:.1f} | {median(srv, 'streamed') * 1e3:.1f} | "
-                  f"{api[0]['nfe']} / {srv[0]['nfe']} | {'yes' if same else 'NO'} |")
+                  f"{api[0]['nfe']} / {srv[0]['nfe']} | {first_step} / {block_end} | {'yes' if same else 'NO'} |")
 
 
 if __name__ == "__main__":

@@ -158,3 +158,33 @@ class TestFailures:
             assert metrics(client)["unmask_failed_total"] == 3
             assert client.get("/health").json()["status"] == "ok"
             assert client.get("/v1/models").status_code == 200
+
+
+class TestCommand:
+    def test_unmask_serve_runs_and_stops(self):
+        import socket
+        import subprocess
+        import sys
+        import time
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        process = subprocess.Popen([sys.executable, "-m", "unmask", "serve", "--port", str(port), "--api-key", "k",
+                                    "--name", "tiny"], stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    health = httpx.get(f"http://127.0.0.1:{port}/health")
+                    break
+                except httpx.TransportError:
+                    assert process.poll() is None and time.monotonic() < deadline, "unmask serve did not start"
+                    time.sleep(0.1)
+            assert health.json()["model"] == "tiny"
+            models = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer k"})
+            assert [m["id"] for m in models.json()["data"]] == ["tiny"]
+        finally:
+            process.terminate()
+            _, err = process.communicate(timeout=30)
+        assert f"serving tiny on http://127.0.0.1:{port}" in err and "warning" not in err

@@ -64,8 +64,9 @@ class TestCommittedPrefix:
         p = self.prefix(stops=[", "])
         p.commit(np.arange(3), np.array(encode("ab,")))
         assert p.delta() == "ab"
-        p.commit(np.array([3]), np.array(encode(" ")))
+        p.commit(np.array([3, 4]), np.array(encode(" x")))
         assert p.finish_reason == "stop" and p.text == "ab" and p.delta() == ""
+        assert p.answer_ids.tolist() == encode("ab, ")  # the stop string was generated, "x" was not
 
     def test_limit(self):
         p = self.prefix(limit=3)

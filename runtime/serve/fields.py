@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config import GenerationConfig
 from .errors import ApiError, FieldError
-from .tools import Tool
+from .tools import Tool, parse_tools, with_tool_messages
 
 MODEL_FACTS = ("mask_id", "eos_id", "eot_id", "shift_logits")  # from the package, never from a client
 _KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
@@ -152,3 +152,10 @@ def _text_of(content: Any) -> str | None:
     if isinstance(content, list):
         return "".join(p["text"] for p in content)
     return content
+
+
+def take_conversation(body: Fields) -> tuple[list[dict], list[Tool]]:
+    """`messages` (tool-call turns as text) and `tools`, as both dialects send them."""
+    messages = with_tool_messages(check_messages(body.require("messages", list)))
+    tools = parse_tools(body.take("tools", list)) if "tools" in body.values else []
+    return messages, tools

@@ -11,7 +11,6 @@ JSON schema (as response_format json_object / json_schema in the OpenAI dialect)
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
@@ -21,8 +20,7 @@ from starlette.routing import Route
 
 from .answer import Outcome
 from .errors import FieldError, from_exception, ollama_body
-from .fields import Fields, GenerationRequest, check_messages, stop_list
-from .tools import parse_tools, with_tool_messages
+from .fields import Fields, GenerationRequest, stop_list, take_conversation
 
 
 def routes(server) -> list[Route]:
@@ -71,8 +69,7 @@ def _format(value: Any) -> tuple[str, dict | None]:
 async def _chat_request(server, request: Request) -> GenerationRequest:
     body = Fields(await server.read_json(request))
     common = _common(server, body)
-    messages = with_tool_messages(check_messages(body.require("messages", list)))
-    tools = parse_tools(body.take("tools", list)) if "tools" in body.values else []
+    messages, tools = take_conversation(body)
     body.finish()
     return GenerationRequest(messages=messages, tools=tools, **common)
 

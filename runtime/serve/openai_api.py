@@ -19,9 +19,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .answer import Outcome
-from .errors import ApiError, FieldError, from_exception, openai_body
-from .fields import Fields, GenerationRequest, check_messages, positive, stop_list
-from .tools import ToolCall, parse_tools, with_tool_messages
+from .errors import FieldError, from_exception, openai_body
+from .fields import Fields, GenerationRequest, positive, stop_list, take_conversation
+from .tools import ToolCall
 
 
 def routes(server) -> list[Route]:
@@ -71,8 +71,7 @@ def _response_format(value: Any) -> tuple[str, dict | None]:
 async def _chat_request(server, request: Request) -> GenerationRequest:
     body = Fields(await server.read_json(request))
     common = _common(server, body)
-    messages = with_tool_messages(check_messages(body.require("messages", list)))
-    tools = parse_tools(body.take("tools", list)) if "tools" in body.values else []
+    messages, tools = take_conversation(body)
     choice = body.take("tool_choice", object)
     response, schema = _response_format(body.take("response_format", object))
     overrides = body.settings()

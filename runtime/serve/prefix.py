@@ -39,6 +39,7 @@ class CommittedPrefix:
         self.finish_reason: str | None = None
         self.text = ""  # the final answer text, once finish_reason is set
         self.sent = ""  # text handed out by delta() so far
+        self._stop_checked = 0  # prefixes up to this length hold no stop string
 
     # ------------------------------------------------------------------ state
     def commit(self, positions: np.ndarray, tokens: np.ndarray) -> None:
@@ -79,12 +80,15 @@ class CommittedPrefix:
         return text[:min(hits)] if hits else text
 
     def _check_stop_strings(self) -> None:
+        """End at the first prefix whose text holds a stop string (its tokens count as generated)."""
         if not self.stops:
             return
-        text = self.decode(self.canvas[:self.frontier].tolist())
-        if any(s in text for s in self.stops):
-            self.end, self.finish_reason = self.frontier, "stop"
-            self.text = self._cut_at_stop(text)
+        for n in range(self._stop_checked + 1, self.frontier + 1):
+            text = self.decode(self.canvas[:n].tolist())
+            if any(s in text for s in self.stops):
+                self.end, self.finish_reason, self.text = n, "stop", self._cut_at_stop(text)
+                return
+        self._stop_checked = self.frontier
 
     # ------------------------------------------------------------------ text out
     def stable_text(self) -> str:
