@@ -48,21 +48,24 @@ class TestQueue:
             counts = metrics(client)
             assert counts["unmask_rejected_total"] == 2 and counts["unmask_completed_total"] == 2
 
-    def test_concurrent_requests_all_answered_in_turn(self, model):
+    def test_concurrent_requests_run_in_arrival_order(self, model):
         prompts = ["Set a timer for 5 minutes.", "What is 12 + 30?", "Reverse: apple, pear, kiwi"]
         expected = [model.generate(p).text for p in prompts]
-        with running(model) as base, httpx.Client(base_url=base, timeout=60) as client:
-            results = [None] * len(prompts)
+        with running(model, **SLOW) as base, httpx.Client(base_url=base, timeout=60) as client:
+            results, finished = [None] * len(prompts), []
 
             def ask(i):
                 results[i] = client.post("/v1/completions", json={"prompt": prompts[i]}).json()["choices"][0]["text"]
+                finished.append(i)
 
             threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            for i, thread in enumerate(threads):
+                thread.start()  # each one arrives once the one before is running or waiting
+                wait_for(lambda: metrics(client)["unmask_running"] + metrics(client)["unmask_queue_depth"] == i + 1)
+            for thread in threads:
+                thread.join()
             assert results == expected
+            assert finished == [0, 1, 2]
 
 
 class TestCancellation:
