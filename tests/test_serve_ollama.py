@@ -68,7 +68,8 @@ class TestChat:
     def test_options_map_onto_the_config(self, client, model):
         expected = model.generate(messages=TIMER, threshold=0.9, temperature=0.5, seed=3)
         body = client.post("/api/chat", json={"messages": TIMER, "stream": False, "options": {
-            "threshold": 0.9, "temperature": 0.5, "seed": 3, "num_ctx": 2048}}).json()
+            "threshold": 0.9, "temperature": 0.5, "seed": 3, "num_ctx": 2048, "repeat_penalty": 1.0,
+            "top_k": None}}).json()
         assert body["message"]["content"] == expected.text
         assert body["unmask"]["forward_passes"] <= expected.stats.nfe < 32  # threshold: several tokens a step
 
@@ -115,6 +116,7 @@ class TestGenerate:
 class TestBadInput:
     @pytest.mark.parametrize("path, body, status", [
         ("/api/chat", {"messages": TIMER, "options": {"mirostat": 1}}, 400),
+        ("/api/chat", {"messages": TIMER, "options": {"repeat_penalty": 1.3}}, 400),
         ("/api/chat", {"messages": TIMER, "options": {"temperature": "warm"}}, 400),
         ("/api/chat", {"messages": TIMER, "options": "fast"}, 400),
         ("/api/chat", {"messages": TIMER, "format": "yaml"}, 400),

@@ -96,6 +96,13 @@ class TestChatCompletions:
         assert body["choices"][0]["message"]["content"] == full.split(",")[0]
         assert body["choices"][0]["finish_reason"] == "stop"
 
+    def test_nulls_and_neutral_options_as_clients_send_them(self, client, model):
+        expected = model.generate(messages=TIMER)
+        body = chat(client, messages=TIMER, seed=None, max_tokens=None, stop=None, tools=None, tool_choice=None,
+                    response_format=None, n=1, presence_penalty=0, frequency_penalty=0.0, logprobs=False, top_p=1,
+                    user="me", stream=False, stream_options=None)
+        assert body["choices"][0]["message"]["content"] == expected.text
+
     def test_seed_and_temperature_are_honoured(self, client, model):
         expected = model.generate(messages=TIMER, temperature=1.0, seed=7)
         body = chat(client, messages=TIMER, temperature=1.0, seed=7)

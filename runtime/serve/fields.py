@@ -100,11 +100,15 @@ class Fields:
                            code="unsupported_option")
 
     def settings(self) -> dict[str, Any]:
-        """Every GenerationConfig setting present, type-checked."""
+        """Every GenerationConfig setting present, type-checked. null clears an optional setting
+        (`"threshold": null`) and leaves any other at the model's default (`"seed": null`)."""
         out = {}
         for name, (kind, optional) in setting_kinds().items():
-            if name in self.values:
-                out[name] = check(name, self.values.pop(name), kind, optional)
+            if name not in self.values:
+                continue
+            value = self.values.pop(name)
+            if value is not None or optional:
+                out[name] = check(name, value, kind, optional)
         return out
 
     def finish(self) -> None:
@@ -157,5 +161,5 @@ def _text_of(content: Any) -> str | None:
 def take_conversation(body: Fields) -> tuple[list[dict], list[Tool]]:
     """`messages` (tool-call turns as text) and `tools`, as both dialects send them."""
     messages = with_tool_messages(check_messages(body.require("messages", list)))
-    tools = parse_tools(body.take("tools", list)) if "tools" in body.values else []
-    return messages, tools
+    tools = body.take("tools", list)
+    return messages, parse_tools(tools) if tools else []

@@ -31,6 +31,14 @@ def routes(server) -> list[Route]:
             Route("/api/tags", endpoint(server, tags, ollama_body), methods=["GET"])]
 
 
+# Ollama options that choose how a model is loaded: the server decided those at start.
+_LOAD_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "numa", "num_keep")
+# Ollama samplers unmask does not have: accepted only at the value that turns them off.
+_NEUTRAL_OPTIONS = {"repeat_penalty": (1, None), "presence_penalty": (0, None), "frequency_penalty": (0, None),
+                    "min_p": (0, None), "typical_p": (1, None), "repeat_last_n": (0, 64, None),
+                    "penalize_newline": (False, True, None)}
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -44,7 +52,9 @@ def _common(server, body: Fields) -> dict[str, Any]:
     body.neutral("think", (False, None))
     response, schema = _format(body.take("format", object))
     options = Fields(body.take("options", dict) or {}, "options")
-    options.ignore("num_ctx", "num_thread", "num_gpu")  # the server's load-time choices, not per request
+    options.ignore(*_LOAD_OPTIONS)
+    for name, neutral in _NEUTRAL_OPTIONS.items():
+        options.neutral(name, neutral)
     predict = options.take("num_predict", int)
     if predict is not None and predict < 1 and predict not in (-1, -2):
         raise FieldError("options.num_predict", "must be >= 1, or -1 for the package's length")
