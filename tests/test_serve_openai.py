@@ -214,6 +214,13 @@ class TestToolsAndJson:
         assert isinstance(value["count"], int) and 1 <= value["count"] <= 50
         assert isinstance(value["inner"]["unit"], str) and len(value["inner"]["unit"]) >= 1
 
+    def test_json_schema_in_blocks(self, client):
+        schema = {"type": "object", "properties": {"minutes": {"type": "integer"}, "note": {"type": "string"}}}
+        body = chat(client, messages=TIMER, block_length=8, gen_length=64, response_format={
+            "type": "json_schema", "json_schema": {"name": "timer", "schema": schema}})
+        assert list(json.loads(body["choices"][0]["message"]["content"])) == ["minutes", "note"]
+        assert body["usage"]["completion_tokens"] <= 64
+
     def test_json_object(self, client):
         for messages in (TIMER, REVERSE):
             body = chat(client, messages=messages, response_format={"type": "json_object"})

@@ -278,3 +278,43 @@ class TestConstrainedRun:
         assert all(d.isdigit() or d == "<eos>" for d in digits) and digits[0].isdigit()
         assert value["s"] == "aaaa"  # the string hole takes what the model prefers
         assert isinstance(value["n"], int)
+
+
+class TestPlanOnAPackageWithBlocks:
+    """A toy package whose defaults are gen_length 8 in blocks of 4 with 4 steps."""
+
+    @pytest.fixture(scope="class")
+    def toy(self, tmp_path_factory):
+        from test_runtime_model import _write_toy
+
+        return unmask.load(_write_toy(tmp_path_factory.mktemp("toy") / "pkg"), device="cpu", threads=1)
+
+    def run(self, toy, request):
+        from unmask.serve import adapter
+        from unmask.serve.answer import Answer, generate, plan
+        from unmask.serve.structured import Vocabulary
+
+        facts = adapter.model_facts(toy)
+        vocab = Vocabulary(facts.decode, facts.vocab_size, set(facts.special_ids), filler=facts.stop_ids[0])
+        planned = plan(toy, facts, lambda: vocab, request, tool_prompt=False)
+        events = []
+        outcome = generate(toy, planned, Answer(facts, planned, lambda *e: events.append(e), 0.0), lambda: False, 0)
+        return planned, outcome, events
+
+    def test_schema_length_rounds_up_to_whole_blocks(self, toy):
+        from unmask.serve.fields import GenerationRequest
+
+        request = GenerationRequest(prompt="hi", response="json_schema", stream=True,
+                                    schema={"type": "integer", "maximum": 99})
+        planned, outcome, events = self.run(toy, request)
+        assert (planned.config.gen_length, planned.config.block_length, planned.config.resolved_steps) == (4, 4, 4)
+        assert planned.template.tolist()[2:] == [toy.manifest.special_ids.eos_id] * 2
+        assert 0 <= json.loads(outcome.text) <= 99
+        assert "".join(text for kind, text in events if kind == "delta") == outcome.text
+
+    def test_max_tokens_rounds_up_and_cuts(self, toy):
+        from unmask.serve.fields import GenerationRequest
+
+        planned, outcome, _ = self.run(toy, GenerationRequest(prompt="hi", max_tokens=5, overrides={"early_stop": False}))
+        assert (planned.config.gen_length, planned.config.resolved_steps) == (8, 8)
+        assert outcome.completion_tokens <= 5

@@ -69,17 +69,13 @@ def plan(model: Any, facts: adapter.ModelFacts, vocabulary: Callable[[], Vocabul
     if request.tools and tool_prompt and request.tool_choice != "none" and messages is not None:
         messages = with_system(messages, system_prompt(request.tools))
     source = {"messages": messages} if messages is not None else {"prompt": request.prompt, "raw": request.raw}
-    layout = None
-    overrides = dict(request.overrides)
+    layout, overrides, length = None, dict(request.overrides), request.max_tokens
     if request.response == "json_schema" or forced is not None:
         schema, frame = call_frame(forced) if forced is not None else (request.schema, ("", ""))
         layout = Layout(vocabulary(), facts.encode, facts.mask_id, schema, frame)
-        block = overrides.get("block_length")
-        overrides["gen_length"] = -(-layout.length // block) * block if block else layout.length
-        overrides.setdefault("steps", None)  # one step per position unless told otherwise
-        prompt_ids, config = adapter.prepare(model, overrides, **source)
-    else:
-        prompt_ids, config = adapter.prepare(model, overrides, max_tokens=request.max_tokens, **source)
+        overrides.pop("gen_length", None)  # the layout decides the length (whole blocks, end-of-text after it)
+        length = layout.length
+    prompt_ids, config = adapter.prepare(model, overrides, max_tokens=length, **source)
     return Plan(request, prompt_ids, config, layout)
 
 
