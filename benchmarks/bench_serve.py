@@ -1,17 +1,22 @@
 """The server against the Python API, the same generations side by side in one run.
 
     python benchmarks/bench_serve.py                 # embedded model, 7 rounds
-    python benchmarks/bench_serve.py --runs 15 --threads 2
+    python benchmarks/bench_serve.py --runs 15 --threads 2 --subprocess
 
 For each workload the Python API (`model.generate` for the total, `model.stream` for the
 time to its first text, which the API gives per finished block) and a real `unmask serve`
-on a loopback port in its own process (httpx with keep-alive; non-streaming for the total, streaming for the
+on a loopback port (httpx with keep-alive; non-streaming for the total, streaming for the
 time to the first content delta) take turns, one generation each, --runs rounds; every
 cell is the median. Overhead = server total / API total - 1 for the non-streaming
 request. Each row's generation is the same on both sides (same settings, greedy): the
 region is all answer (max_tokens = gen_length), so both run the same forward passes; the
 "one block" row lets the server stop once the answer's end is committed, so its passes
 may be fewer. The targets: overhead under 5%, the first delta before the first block ends.
+
+By default the server runs on a thread of this process and serves the same loaded model:
+two processes would each keep an ONNX Runtime thread pool that spins on the same cores, and
+the idle side's spinning would be charged to the other. `--subprocess` runs `unmask serve`
+as its own process, as a user would.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -96,15 +102,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--subprocess", action="store_true", help="run `unmask serve` as its own process")
     args = parser.parse_args()
     model = unmask.load(threads=args.threads)
-    port, server = start_server(model.threads)
-    base = f"http://127.0.0.1:{port}"
+    if args.subprocess:
+        port, process = start_server(model.threads)
+        try:
+            table(model, f"http://127.0.0.1:{port}", args.runs, "its own process")
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        return
+    from unmask.serve import ServeOptions
+    from unmask.serve.app import make_server
+
+    server = make_server(model, ServeOptions(port=0))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
     try:
-        table(model, base, args.runs)
+        table(model, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", args.runs,
+              "a thread of this process")
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 def start_server(threads: int) -> tuple[int, subprocess.Popen]:
@@ -125,8 +147,8 @@ def start_server(threads: int) -> tuple[int, subprocess.Popen]:
             time.sleep(0.1)
 
 
-def table(model, base: str, runs: int) -> None:
-    print(f"embedded model, {model.threads} threads, {runs} rounds, medians in ms\n")
+def table(model, base: str, runs: int, where: str) -> None:
+    print(f"embedded model, {model.threads} threads, server on {where}, {runs} rounds, medians in ms\n")
     print("| workload | API total | server total | overhead | API first text | API first block | "
           "server first delta | server streamed total | NFE API / server | first delta step / first block's last | "
           "same text |")

@@ -94,9 +94,11 @@ class Server:
     async def start(self, request: GenerationRequest) -> Job:
         """Plan (every 4xx surfaces here), then queue; 503 when the queue is full."""
         self.metrics.count("requests")
-        # Tokenizing (and a first schema's vocabulary scan) off the loop, so other clients stay served.
-        planned = await run_in_threadpool(plan, self.model, self.facts, lambda: self.vocabulary, request,
-                                          self.tool_prompt)
+        if (request.response == "json_schema" or request.tool_choice not in (None, "auto", "none")) \
+                and "vocabulary" not in self.__dict__:
+            await run_in_threadpool(lambda: self.vocabulary)  # the first scan of a large vocabulary takes a while
+        # Planning itself (settings, tokenizing) takes well under a millisecond: on the loop, no thread hop.
+        planned = plan(self.model, self.facts, lambda: self.vocabulary, request, self.tool_prompt)
 
         def run(job: Job) -> None:
             if job.cancelled():  # the client left while the job waited
