@@ -249,8 +249,9 @@ class TestBadInput:
         error = response.json()["error"]
         assert error["message"] and error["type"] and error["param"] == param
 
-    def test_malformed_json(self, client):
-        response = client.post("/v1/chat/completions", content=b'{"messages": [')
+    @pytest.mark.parametrize("content", [b'{"messages": [', b"[" * 200_000, b'{"messages": NaN}', b"\xff\xfe{"])
+    def test_malformed_json(self, client, content):
+        response = client.post("/v1/chat/completions", content=content)
         assert response.status_code == 400 and "malformed JSON" in response.json()["error"]["message"]
 
     def test_prompt_over_the_context(self, client):

@@ -84,6 +84,8 @@ class Server:
             return json.loads(body, parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"malformed JSON in the request body: {exc}") from None
+        except RecursionError:
+            raise ApiError(400, "malformed JSON in the request body: nested too deeply") from None
 
     def check_model(self, name: str | None) -> None:
         if name not in (None, "", self.facts.name):
@@ -238,8 +240,8 @@ def warn_if_exposed(options: ServeOptions) -> str | None:
 def make_server(model: Any, options: ServeOptions) -> uvicorn.Server:
     """A uvicorn server for the app (not started); `serve` runs it, tests run it on a thread."""
     app = create_app(model, options)
-    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
-                            timeout_graceful_shutdown=5, lifespan="on")
+    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning", ws="none",
+                            timeout_graceful_shutdown=5, lifespan="on")  # no websocket routes: load no ws library
     return uvicorn.Server(config)
 
 
