@@ -110,7 +110,9 @@ class Answer:
         self.prefix.commit(step.positions, step.tokens)
         if self.plan.request.canvas:
             self.emit("canvas", self._canvas(step))
-        if not self.prefix.done:
+        # A non-streaming reply needs the text only once, at the end (and here until its first text, for the
+        # time-to-first-delta metric): decoding the prefix at every step would be wasted work.
+        if not self.prefix.done and (self.plan.request.stream or self.first_delta is None):
             self._send(self._releasable())
 
     def _releasable(self) -> bool:
