@@ -318,3 +318,16 @@ class TestPlanOnAPackageWithBlocks:
         planned, outcome, _ = self.run(toy, GenerationRequest(prompt="hi", max_tokens=5, overrides={"early_stop": False}))
         assert (planned.config.gen_length, planned.config.resolved_steps) == (8, 8)
         assert outcome.completion_tokens <= 5
+
+
+class TestEmbedding:
+    def test_app_mounted_without_its_lifespan_still_serves(self):
+        from starlette.testclient import TestClient
+
+        from unmask.serve import create_app
+
+        model = unmask.load()
+        client = TestClient(create_app(model))  # no `with`: the lifespan (which starts the worker) never runs
+        messages = [{"role": "user", "content": "What is 12 + 30?"}]
+        response = client.post("/v1/chat/completions", json={"messages": messages})
+        assert response.json()["choices"][0]["message"]["content"] == model.generate(messages=messages).text

@@ -67,7 +67,9 @@ class Worker:
         return self._running
 
     def start(self) -> None:
-        if self._thread is None:
+        with self._lock:
+            if self._thread is not None:
+                return
             self._thread = threading.Thread(target=self._loop, name="unmask-serve-worker", daemon=True)
             self._thread.start()
 
@@ -82,6 +84,7 @@ class Worker:
             self._thread = None
 
     def submit(self, job: Job) -> None:
+        self.start()  # normally started by the app's lifespan; an app mounted without one starts it here
         with self._lock:
             if self._waiting >= self.limit and (self._running or self._waiting):
                 raise QueueFull
