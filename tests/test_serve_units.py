@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import unmask
 from unmask.serve.app import warn_if_exposed
@@ -21,7 +23,7 @@ from unmask.serve.structured import Layout, Vocabulary
 from unmask.serve.tools import Tool, could_be_call, forced_tool, parse_tools, read_call
 
 # A tiny character vocabulary: id -> text; 0 is end-of-text, 1 the mask.
-CHARS = ["<eos>", "<mask>"] + list('abcdefghijklmnopqrstuvwxyz0123456789 ,:{}"\\é')
+CHARS = ["<eos>", "<mask>"] + list('abcdefghijklmnopqrstuvwxyz0123456789 ,.:{}"\\é')
 ID = {c: i for i, c in enumerate(CHARS)}
 
 
@@ -67,6 +69,27 @@ class TestCommittedPrefix:
         p.commit(np.array([3, 4]), np.array(encode(" x")))
         assert p.finish_reason == "stop" and p.text == "ab" and p.delta() == ""
         assert p.answer_ids.tolist() == encode("ab, ")  # the stop string was generated, "x" was not
+
+    @given(st.lists(st.sampled_from(["a", "b", " ", ",", "."]), min_size=1, max_size=12), st.randoms())
+    @settings(max_examples=200, deadline=None)
+    def test_sent_text_is_never_taken_back(self, pieces, rng):
+        """Whatever the commit order, and with a decoder that respaces (" ," -> ","), the text sent
+        so far is always a prefix of the final answer, and all of it is sent in the end."""
+        def respacing(ids):
+            return decode(ids).replace(" ,", ",").replace(" .", ".")
+
+        ids = encode("".join(pieces))
+        p = CommittedPrefix(respacing, length=len(ids) + 1, stop_ids=(0,))
+        order = list(range(len(ids) + 1))
+        rng.shuffle(order)
+        tokens = ids + [0]
+        for position in order:
+            p.commit(np.array([position]), np.array([tokens[position]]))
+            p.delta()
+            assert respacing(ids).startswith(p.sent)
+        p.close()
+        p.delta()
+        assert p.sent == respacing(ids) == p.text
 
     def test_limit(self):
         p = self.prefix(limit=3)

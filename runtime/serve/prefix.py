@@ -5,7 +5,8 @@ changes. The run of committed tokens from the region's start is therefore final,
 its text can be sent the moment a step extends it. Three things can still change the
 text at the prefix's end, so they are held back until more is known:
 
-- the last token: some tokenizers clean up spaces depending on the next token;
+- the last token, and what its arrival changed before it: some tokenizers clean up spaces
+  depending on the next token ("x ," decodes as "x,");
 - a trailing U+FFFD: an incomplete UTF-8 sequence that the next byte token completes;
 - a suffix that could be the start of a stop string.
 
@@ -95,7 +96,10 @@ class CommittedPrefix:
         """The longest text that no later step can change."""
         if self.finish_reason is not None:
             return self.text
-        text = self.decode(self.canvas[:max(0, self.frontier - 1)].tolist())  # hold back the last token
+        ids = self.canvas[:self.frontier].tolist()
+        # Hold back the last token, and whatever its arrival changed before it (a respacing
+        # tokenizer turns "x ," into "x,"): only text both decodes agree on is final.
+        text = _common_prefix(self.decode(ids[:-1]), self.decode(ids)) if ids else ""
         text = text.rstrip("\ufffd")
         return text[:len(text) - self._stop_overlap(text)]
 
@@ -118,6 +122,14 @@ class CommittedPrefix:
         new = text[len(self.sent):]  # what was sent stays sent; only characters past it follow
         self.sent += new
         return new
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return a[:i]
+    return a[:n]
 
 
 class TemplatePrefix(CommittedPrefix):
