@@ -214,6 +214,17 @@ class TestToolsAndJson:
         assert isinstance(value["count"], int) and 1 <= value["count"] <= 50
         assert isinstance(value["inner"]["unit"], str) and len(value["inner"]["unit"]) >= 1
 
+    def test_openai_client_parses_into_a_pydantic_model(self, oai):
+        from pydantic import BaseModel
+
+        class Timer(BaseModel):
+            minutes: int
+            label: str
+
+        parse = getattr(oai.chat.completions, "parse", None) or oai.beta.chat.completions.parse  # moved in 1.9x
+        reply = parse(model="default", messages=TIMER, response_format=Timer)
+        assert isinstance(reply.choices[0].message.parsed, Timer)
+
     def test_json_schema_in_blocks(self, client):
         schema = {"type": "object", "properties": {"minutes": {"type": "integer"}, "note": {"type": "string"}}}
         body = chat(client, messages=TIMER, block_length=8, gen_length=64, response_format={
