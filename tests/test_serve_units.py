@@ -239,7 +239,8 @@ class TestOptions:
 
 class TestIsolation:
     def test_missing_extra_is_one_line(self):
-        code = "import sys; sys.modules['uvicorn'] = None\ntry:\n import unmask.serve\nexcept ImportError as e: print(e)"
+        code = ("import sys; sys.modules['uvicorn'] = None\n"
+                "try:\n import unmask.serve\nexcept ImportError as e: print(e)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert out.strip() == 'unmask serve needs its extra: pip install "unmask[serve]"'
 
@@ -338,9 +339,12 @@ class TestPlanOnAPackageWithBlocks:
     def test_max_tokens_rounds_up_and_cuts(self, toy):
         from unmask.serve.fields import GenerationRequest
 
-        planned, outcome, _ = self.run(toy, GenerationRequest(prompt="hi", max_tokens=5, overrides={"early_stop": False}))
+        request = GenerationRequest(prompt="hi", max_tokens=5, overrides={"early_stop": False})
+        planned, outcome, _ = self.run(toy, request)
         assert (planned.config.gen_length, planned.config.resolved_steps) == (8, 8)
         assert outcome.completion_tokens <= 5
+        planned, _, _ = self.run(toy, GenerationRequest(prompt="hi", max_tokens=10, overrides={"block_length": 5}))
+        assert (planned.config.gen_length, planned.config.block_length) == (10, 5)  # not refused for the default 8
 
 
 class TestEmbedding:

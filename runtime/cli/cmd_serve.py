@@ -34,7 +34,8 @@ Examples:
               help="How `tools` reach the model: a system turn listing them, not at all, or auto "
                    "(none for the embedded model, system otherwise).")
 @click.option("--device", default="auto", show_default=True, help="Execution provider (see `unmask devices`).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads [default: the device profile's].")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads [default: the device profile's].")
 def command(model, host, port, api_key, name, queue_limit, max_body_bytes, tool_prompt, device, threads):
     """Serve MODEL over HTTP in the OpenAI and Ollama dialects, streaming each step's committed text.
 

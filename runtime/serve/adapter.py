@@ -103,13 +103,14 @@ def prepare(model: Any, overrides: Mapping[str, Any], *, messages: Sequence[Mapp
     `max_tokens` sets gen_length, rounded up to a whole number of blocks (the answer is cut
     at max_tokens); the steps budget then follows gen_length unless `steps` is given.
     """
-    config = model.resolve_config(**dict(overrides))
+    overrides = dict(overrides)
     if max_tokens is not None:
         if "gen_length" in overrides:
             raise ConfigError("give max_tokens or gen_length, not both")
-        block = config.block_length
-        length = -(-max_tokens // block) * block if block else max_tokens
-        config = model.resolve_config(**{"steps": None, **overrides, "gen_length": length})
+        block = overrides["block_length"] if "block_length" in overrides else model.default_config.block_length
+        whole = isinstance(block, int) and block > 0  # a bad block_length is left to resolve_config to refuse
+        overrides = {"steps": None, **overrides, "gen_length": -(-max_tokens // block) * block if whole else max_tokens}
+    config = model.resolve_config(**overrides)
     if raw:
         prompt_ids = model.encode_prompt(prompt_ids=model.tokenizer.encode(prompt, add_special_tokens=True))
     elif messages is not None:

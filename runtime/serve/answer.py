@@ -51,8 +51,9 @@ class Outcome:
 
     def stats(self) -> dict[str, Any]:
         """unmask's own figures, sent beside the dialect's usage."""
+        per_forward = self.committed_tokens / self.forward_passes if self.forward_passes else 0.0
         return {"forward_passes": self.forward_passes, "committed_tokens": self.committed_tokens,
-                "tokens_per_forward": round(self.committed_tokens / self.forward_passes, 3) if self.forward_passes else 0.0,
+                "tokens_per_forward": round(per_forward, 3),
                 "seconds": round(self.seconds, 6),
                 "time_to_first_delta": None if self.first_delta_seconds is None else round(self.first_delta_seconds, 6)}
 

@@ -139,14 +139,18 @@ class Layout:
         if kind == "string":
             return self._string(schema, path)
         if kind in ("integer", "number"):
-            width = len(str(int(schema["maximum"]))) if isinstance(schema.get("maximum"), (int, float)) else NUMBER_WIDTH
-            first = self.vocab.digits
-            rest = self.vocab.digits | self._filler_only()
-            return self._hole("integer", schema, [first] + [rest] * (max(1, min(width, MAX_WIDTH)) - 1), quoted=False)
+            return self._integer(schema)
         if kind == "boolean":
             return self._hole("literal", schema, [self.vocab.literal_tokens(["true", "false"], path)], quoted=False)
         raise ConfigError(f"response_format schema at {path}: type {kind!r} is not supported "
                           f"(supported: object, string, integer, number, boolean, enum)")
+
+    def _integer(self, schema: dict) -> None:
+        """Digits; the first position may not stay empty, so the value always has one."""
+        high = schema.get("maximum")
+        width = len(str(int(high))) if isinstance(high, (int, float)) else NUMBER_WIDTH
+        rest = self.vocab.digits | self._filler_only()
+        self._hole("integer", schema, [self.vocab.digits] + [rest] * (max(1, min(width, MAX_WIDTH)) - 1), quoted=False)
 
     def _filler_only(self) -> np.ndarray:
         mask = np.zeros(self.vocab.size, dtype=bool)

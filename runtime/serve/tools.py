@@ -72,7 +72,8 @@ def forced_tool(tools: list[Tool], choice: Any) -> Tool | None:
             if tool.name == name:
                 return tool
         raise ConfigError(f"tool_choice names {name!r}, which is not among the request's tools")
-    raise ConfigError("tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}")
+    raise ConfigError("tool_choice must be 'auto', 'none', 'required' or "
+                      "{'type': 'function', 'function': {'name': ...}}")
 
 
 def call_frame(tool: Tool) -> tuple[dict, tuple[str, str]]:
