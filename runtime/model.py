@@ -120,7 +120,7 @@ class Model:
         self.chat_template = (
             ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token) if m.chat_template else None
         )
-        self.engine = Engine(session, m)
+        self.engine = Engine(session, m, source=package.graph_path)
         self.facts: ModelFacts = m.model_facts()
         self.cache_reuse = m.cache_reuse and self.engine.layout.cache_inputs
         self._stop_ids = {i for i in (m.special_ids.eos_id, m.special_ids.eot_id) if i is not None}
