@@ -63,7 +63,10 @@ def _graph_locations(graph_path: Path) -> list[str]:
         # released with its last view (an explicit close would fail while a
         # traceback still holds slices of it).
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return external_data_locations(memoryview(mapped))
+    try:
+        return external_data_locations(memoryview(mapped))
+    except ModelFormatError as exc:  # the parser sees bytes only: say which file they came from
+        raise ModelFormatError(f"{graph_path}: {exc}") from exc
 
 
 def inside(folder: Path, name: str, *, what: str = "package file") -> Path:

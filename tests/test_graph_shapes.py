@@ -148,3 +148,26 @@ class TestCommandLine:
         err = capsys.readouterr().err
         assert code == 1
         assert err.startswith("error: ") and err.count("\n") == 1 and "model.onnx" in err
+
+
+class TestTruncatedGraph:
+    """model.onnx cut in half: `info` (no --verify) and load both fail, naming the file."""
+
+    @pytest.fixture
+    def truncated(self, tmp_path):
+        folder = write_package(tmp_path / "p", toy_graph(vocab=120), vocab=120)
+        graph = folder / "model.onnx"
+        graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+        return folder
+
+    def test_info(self, truncated, capsys):
+        code = main(["info", str(truncated)])
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1
+        assert "model.onnx" in err and "truncated" in err
+
+    def test_load(self, truncated, capsys):
+        code = main(["generate", str(truncated), "-p", "abc", "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1
+        assert f"{truncated / 'model.onnx'}: " in err
