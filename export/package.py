@@ -65,7 +65,7 @@ def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str 
                                        quiet=cfg.quiet) as progress:
         builder.on_tensor = progress.advance
         files = build_graph(builder, tmp, cfg)
-        shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
+        copy_file(tokenizer.path, tmp / "tokenizer.json")
         manifest = make_manifest(builder, tokenizer, tmp, files, src, tensors)
         write_manifest(manifest, tmp)
         report = ()
@@ -153,6 +153,14 @@ def staging(out: Path):
         raise
     else:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when publish() renamed it
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """shutil.copyfile; a failed read or write (disk full) is a ModelFormatError naming both files."""
+    try:
+        shutil.copyfile(src, dst)
+    except OSError as exc:
+        raise ModelFormatError(f"cannot copy {src} to {dst} ({exc.strerror or exc})") from exc
 
 
 def publish(tmp: Path, out: Path, force: bool) -> None:

@@ -114,7 +114,10 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike) -> Path:
     target = Path(path)
     if target.is_dir():
         target = target / MANIFEST_NAME
-    write_text_atomic(target, json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    try:
+        write_text_atomic(target, json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:  # disk full, read-only folder: the caller's staging folder is removed
+        raise ModelFormatError(f"{target}: cannot write the manifest ({exc.strerror or exc})") from exc
     return target
 
 

@@ -73,6 +73,8 @@ class StreamEvent:
 
 def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
     """Open a model package (path=None: the embedded default model) on `device`."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a package folder (str or os.PathLike) or None, got {type(path).__name__}")
     folder = Path(path) if path is not None else default_package_dir()
     package = open_package(folder)
     placement = select_device(package, device, check_threads(threads))
