@@ -25,6 +25,7 @@ from .emitter import Emitter, WeightFile, save_model
 from .families import family_for
 from .precision import INT8_WEIGHT_MAX
 from .progress import Progress
+from .provenance import source_label
 from .safetensors_io import INDEX_NAME, CheckpointTensors
 from .validate import Agreement, validate
 
@@ -113,7 +114,8 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
         eos_token=tokenizer.eos_token,
         provenance={
             "exporter_version": exporter_version(),
-            "source": str(src.resolve()),
+            "source": source_label(src),  # a name for people; the path below is for this machine
+            "source_path": str(src.resolve()),
             "source_files": {n: sha256_file(src / n) for n in sources if (src / n).is_file()},
             "attention": builder.kernel,
             "rope": cfg.rope,

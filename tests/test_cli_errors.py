@@ -2,17 +2,20 @@
 
 A full disk while export writes the tokenizer or the manifest, a non-path given to
 unmask.load: each is an UnmaskError naming what failed; `main()` converts only those.
+And what a package records as its source (provenance) is a name a person recognises.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import shutil
 
 import pytest
 
 import unmask
 from unmask.cli import main
+from unmask.export.provenance import source_label
 from unmask.export.testing import make_llada_checkpoint
 
 
@@ -50,3 +53,41 @@ class TestLoadArguments:
     def test_path_type(self, path):
         with pytest.raises(unmask.ConfigError, match="path must be a package folder"):
             unmask.load(path)
+
+
+class TestSourceLabel:
+    def test_scratch_folder_names_the_model_kind(self, checkpoint):
+        # pytest's tmp_path lies in the temp directory: its folder name means nothing
+        assert source_label(checkpoint) == "LLaDAModelLM from a temporary folder"
+
+    def test_config_name_or_path(self, checkpoint, tmp_path):
+        folder = shutil.copytree(checkpoint, tmp_path / "tmpk3j2")
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "_name_or_path": "GSAI-ML/LLaDA-8B-Instruct"}))
+        assert source_label(folder) == "GSAI-ML/LLaDA-8B-Instruct"
+
+    def test_saved_local_path_is_not_a_name(self, checkpoint, tmp_path):
+        folder = shutil.copytree(checkpoint, tmp_path / "copy")
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "_name_or_path": "/scratch/run3/ckpt"}))
+        assert source_label(folder) == "LLaDAModelLM from a temporary folder"
+
+    def test_hub_snapshot(self, checkpoint, tmp_path):
+        snapshot = tmp_path / "models--GSAI-ML--LLaDA-8B-Base" / "snapshots" / ("0123456789abcdef" * 3)[:40]
+        shutil.copytree(checkpoint, snapshot)
+        assert source_label(snapshot) == "GSAI-ML/LLaDA-8B-Base"
+
+    def test_named_folder(self, checkpoint, monkeypatch, tmp_path):
+        folder = shutil.copytree(checkpoint, tmp_path / "LLaDA-8B-Instruct")
+        monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "elsewhere"))  # not under the temp dir now
+        assert source_label(folder) == "LLaDA-8B-Instruct"
+
+    def test_export_records_it(self, checkpoint, tmp_path, capsys):
+        out = tmp_path / "pkg"
+        assert main(["export", str(checkpoint), str(out), "--no-validate", "--quiet"]) == 0
+        provenance = unmask.manifest.read_manifest(out).provenance
+        assert provenance["source"] == "LLaDAModelLM from a temporary folder"
+        assert provenance["source_path"] == str(checkpoint.resolve())
+        capsys.readouterr()
+        assert main(["info", str(out)]) == 0
+        assert "source LLaDAModelLM from a temporary folder" in capsys.readouterr().out
