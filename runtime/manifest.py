@@ -105,6 +105,11 @@ class Manifest:
         return {"format_version": out.pop("format_version"), **out}
 
 
+def auto_cache(cache_reuse: bool) -> str:
+    """The cache mode that `cache` auto (None) resolves to: dual where the package can reuse key/value."""
+    return "dual" if cache_reuse else "none"
+
+
 # ---------------------------------------------------------------------- writing
 
 

@@ -29,7 +29,7 @@ from .chat import ChatTemplate, check_messages
 from .config import GenerationConfig, ModelFacts, check_threads
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
-from .manifest import Manifest
+from .manifest import Manifest, auto_cache
 from .package import Package, open_package
 from .stats import GenerationStats, peak_rss_bytes
 from .tokenizer import Tokenizer
@@ -152,8 +152,12 @@ class Model:
             raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
         cfg = cfg.replace(**overrides) if overrides else cfg
         if cfg.cache is None:
-            cfg = cfg.replace(cache="dual" if self.cache_reuse else "none")
+            cfg = cfg.replace(cache=auto_cache(self.cache_reuse))
         cfg.validate(self.facts)
+        context = self.manifest.dims.max_sequence_length
+        if cfg.gen_length >= context:  # refused when set (chat's /set), not at the first generation
+            raise ConfigError(f"gen_length {cfg.gen_length} leaves no room for a prompt in the model's context of "
+                              f"{context} tokens; use a gen_length below {context}")
         if cfg.cache != "none" and not self.cache_reuse:
             raise ConfigError(
                 f"cache {cfg.cache!r} needs a package exported with key/value reuse; this one has none "

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import ModelFormatError
-from ..manifest import MANIFEST_NAME, Manifest, read_manifest
+from ..manifest import MANIFEST_NAME, Manifest, auto_cache, read_manifest
 from ..package import open_package
 from .options import check_model_path, describe
 
@@ -65,6 +65,8 @@ def info_document(folder: Path, *, verify: bool = False) -> dict:
     if verify:  # every check unmask.load makes before opening a session, sha256 included
         open_package(folder)
     config = manifest.generation_config()
+    if config.cache is None:  # as unmask.load resolves it, so info and `generate -v` agree
+        config = config.replace(cache=auto_cache(manifest.cache_reuse))
     return {
         "path": str(folder),
         "format_version": manifest.format_version,
