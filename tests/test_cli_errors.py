@@ -91,3 +91,29 @@ class TestSourceLabel:
         capsys.readouterr()
         assert main(["info", str(out)]) == 0
         assert "source LLaDAModelLM from a temporary folder" in capsys.readouterr().out
+
+
+class TestDevicesProbe:
+    """A provider the wheel lists is not usable unless the probe's node really runs on it."""
+
+    def test_listed_provider_that_runs_nothing_fails_its_probe(self, monkeypatch, capsys):
+        import dataclasses
+
+        import onnxruntime as ort
+
+        from unmask import devices
+        from unmask.devices.probe import clear_cache
+
+        # AzureExecutionProvider is in this wheel's list but computes no Add: as CUDA without a GPU,
+        # a session "with" it runs everything on the CPU while get_providers() still names it
+        assert "AzureExecutionProvider" in ort.get_available_providers()
+        profiles = devices.load_profiles()
+        cuda = next(p for p in profiles if p.device == "cuda")
+        lookalike = dataclasses.replace(cuda, name="cuda-lookalike", provider="AzureExecutionProvider",
+                                        provider_options={}, os=("linux", "windows", "darwin"))
+        monkeypatch.setattr(devices, "load_profiles", lambda *a, **k: (*profiles, lookalike))
+        clear_cache()
+        assert main(["devices", "--json"]) == 0
+        row = next(r for r in json.loads(capsys.readouterr().out)["profiles"] if r["name"] == "cuda-lookalike")
+        assert row["in_build"] and row["probe"]["ok"] is False
+        assert "AzureExecutionProvider did not run the probe graph" in row["probe"]["reason"]
