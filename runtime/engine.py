@@ -130,15 +130,20 @@ def check_logits(logits: np.ndarray, expected: tuple[int, ...], source: str) -> 
                                f"{expected} (batch, rows, dims.vocab_size); the manifest and graph disagree")
 
 
+_QUIET_RUN = ort.RunOptions()
+_QUIET_RUN.log_severity_level = 4  # a failed run is raised with ORT's message: its log line would repeat it
+
+
 def run_session(session: ort.InferenceSession, binding, source: str) -> float:
     """session.run_with_iobinding; ORT's failures become ModelFormatError naming the graph. Seconds spent."""
     t0 = time.perf_counter()
     try:
-        session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding, _QUIET_RUN)
     except ORT_ERRORS as exc:
-        first = str(exc).strip().splitlines()
-        raise ModelFormatError(f"{source}: ONNX Runtime failed running the graph "
-                               f"({type(exc).__name__}: {first[0] if first else ''})") from exc
+        # ORT's text: "Error in execution: ... [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : <what went wrong>"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelFormatError(f"{source}: ONNX Runtime failed running the graph: "
+                               f"{detail.rsplit(' : ', 1)[-1]}") from exc
     return time.perf_counter() - t0
 
 

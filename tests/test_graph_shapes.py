@@ -141,13 +141,15 @@ class TestPerRun:
 
 
 class TestCommandLine:
-    def test_generate_one_line(self, tmp_path, capsys):
+    def test_generate_one_line(self, tmp_path, capfd):
+        """capfd: ORT logs from C++ straight to file descriptor 2, which capsys would not see."""
         folder = write_package(tmp_path / "p", symbolic_width(toy_graph(vocab=5000)), vocab=320)
         code = main(["generate", str(folder), "--raw", "-p", "abc", "--gen-length", "8", "--block-length", "4",
                      "--steps", "4", "--device", "cpu"])
-        err = capsys.readouterr().err
+        err = capfd.readouterr().err
         assert code == 1
         assert err.startswith("error: ") and err.count("\n") == 1 and "model.onnx" in err
+        assert "has shape {1,4,320} but the computed output shape for this run is {1,4,5000}" in err
 
 
 class TestTruncatedGraph:
