@@ -96,47 +96,50 @@ class TestCacheModeAgrees:
         assert json.loads(capsys.readouterr().out)["generation"]["cache"] == "dual"
 
 
-def spawn(*args):
+HINT = "(Ctrl-C again, Ctrl-D or /exit leaves)"
+
+
+def converse(toy, steps) -> int:
+    """`unmask chat TOY` in a pseudo-terminal, driven by (pexpect method, argument) steps; its exit status."""
     env = {**os.environ, "TERM": "dumb", "PYTHONUNBUFFERED": "1", "COLUMNS": "100"}
-    return pexpect.spawn(sys.executable, ["-m", "unmask", *args], encoding="utf-8", timeout=60, env=env,
-                         dimensions=(40, 100))
+    child = pexpect.spawn(sys.executable, ["-m", "unmask", "chat", str(toy), *TOY, "--device", "cpu"],
+                          encoding="utf-8", timeout=60, env=env, dimensions=(40, 100))
+    try:
+        for method, *argument in steps:
+            getattr(child, method)(*argument)
+        child.expect(pexpect.EOF)  # every conversation below ends by leaving
+    finally:
+        child.close()
+    assert "Traceback" not in (child.before or "")
+    return child.exitstatus
 
 
 @pytest.mark.skipif(pexpect is None, reason="pexpect is not installed")
 class TestTerminal:
     def test_banner_progress_and_ctrl_c_twice(self, toy):
-        child = spawn("chat", str(toy), *TOY, "--device", "cpu")
-        try:
-            child.expect_exact("context 256 tokens; answers of 8 tokens in 4 steps (low_confidence); "
-                               "chat template, key/value reuse (cache dual)")
-            child.expect_exact('""" for a message of several lines; Ctrl-D or Ctrl-C twice leaves')
-            child.expect_exact(">>> ")
-            child.sendline("hi")
-            child.expect(r"\[step 1/4, \d/8 tokens unmasked\]")  # a one-block answer shows its progress
-            child.expect_exact(">>> ")
-            child.sendintr()
-            child.expect_exact("(Ctrl-C again, Ctrl-D or /exit leaves)")
-            child.expect_exact(">>> ")
-            child.sendintr()
-            child.expect(pexpect.EOF)
-        finally:
-            child.close()
-        assert child.exitstatus == 0
-        assert "Traceback" not in (child.before or "")
+        assert converse(toy, [
+            ("expect_exact", "context 256 tokens; answers of 8 tokens in 4 steps (low_confidence); "
+                             "chat template, key/value reuse (cache dual)"),
+            ("expect_exact", '""" for a message of several lines; Ctrl-D or Ctrl-C twice leaves'),
+            ("expect_exact", ">>> "),
+            ("sendline", "hi"),
+            ("expect", r"\[step 1/4, \d/8 tokens unmasked\]"),  # a one-block answer shows its progress
+            ("expect_exact", ">>> "),
+            ("sendintr",),
+            ("expect_exact", HINT),
+            ("expect_exact", ">>> "),
+            ("sendintr",),  # the second Ctrl-C in a row leaves
+        ]) == 0
 
     def test_typing_in_between_resets_ctrl_c(self, toy):
-        child = spawn("chat", str(toy), *TOY, "--device", "cpu")
-        try:
-            child.expect_exact(">>> ")
-            child.sendintr()
-            child.expect_exact("(Ctrl-C again, Ctrl-D or /exit leaves)")
-            child.sendline("/help")
-            child.expect_exact("/reset")
-            child.expect_exact(">>> ")
-            child.sendintr()
-            child.expect_exact("(Ctrl-C again, Ctrl-D or /exit leaves)")  # a hint again, not an exit
-            child.sendline("/exit")
-            child.expect(pexpect.EOF)
-        finally:
-            child.close()
-        assert child.exitstatus == 0
+        assert converse(toy, [
+            ("expect_exact", ">>> "),
+            ("sendintr",),
+            ("expect_exact", HINT),
+            ("sendline", "/help"),
+            ("expect_exact", "/reset"),
+            ("expect_exact", ">>> "),
+            ("sendintr",),
+            ("expect_exact", HINT),  # a hint again, not an exit
+            ("sendline", "/exit"),
+        ]) == 0
