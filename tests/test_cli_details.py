@@ -48,8 +48,18 @@ class TestSettingsRefusedEarly:
     def test_steps_beyond_gen_length_noted(self, scripted, algorithm, rest):  # noqa: F811
         result = invoke(["generate", "-p", "hi", "--gen-length", "4", "--steps", "8", "--algorithm", algorithm])
         assert result.exit_code == 0, result.output
-        assert f"note: --steps 8 is more than gen_length 4: at most 4 steps can commit a token; {rest}" \
+        assert f"note: steps 8 is more than gen_length 4: at most 4 steps can commit a token; {rest}" \
             in result.stderr
+
+    def test_lowering_gen_length_below_package_steps_noted(self, scripted):  # noqa: F811
+        scripted.manifest.generation["steps"] = 8
+        result = invoke(["generate", "-p", "hi", "--gen-length", "4"])
+        assert "note: steps 8 is more than gen_length 4" in result.stderr
+
+    def test_chat_set_steps_noted(self, scripted):  # noqa: F811
+        result = invoke(["chat", "--gen-length", "8", "--steps", "8"], input="/set steps 16\n")
+        assert "steps = 16" in result.stderr
+        assert "note: steps 16 is more than gen_length 8: at most 8 steps can commit a token" in result.stderr
 
     def test_steps_within_gen_length_not_noted(self, scripted):  # noqa: F811
         result = invoke(["generate", "-p", "hi", "--gen-length", "8", "--steps", "8"])

@@ -23,7 +23,7 @@ from .. import __version__
 from ..config import GenerationConfig
 from ..errors import ConfigError, UnmaskError
 from ..manifest import write_text_atomic
-from .options import describe, parse_setting
+from .options import describe, ineffective, parse_setting
 from .render import BlockView, CanvasView
 
 if TYPE_CHECKING:  # unmask.model loads onnxruntime
@@ -178,6 +178,9 @@ class ChatLoop:
         self.overrides = overrides
         shown = "none" if parsed is None else parsed
         self.say(f"{name} = {shown}")
+        for note in ineffective(self.config, [name], architecture=self.model.manifest.architecture,
+                                cache_reuse=self.model.cache_reuse):
+            self.say(f"note: {note}")
 
     def system(self, rest: str) -> None:
         self.session.system = rest or None
