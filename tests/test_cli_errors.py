@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 
 import pytest
@@ -56,8 +57,12 @@ class TestLoadArguments:
 
 
 class TestSourceLabel:
+    @pytest.fixture(autouse=True)
+    def temp_dir(self, checkpoint, tmp_path, monkeypatch):
+        """The temp directory holds pytest's folders, even under --basetemp: their names mean nothing."""
+        monkeypatch.setattr("tempfile.tempdir", os.path.commonpath([checkpoint, tmp_path]))
+
     def test_scratch_folder_names_the_model_kind(self, checkpoint):
-        # pytest's tmp_path lies in the temp directory: its folder name means nothing
         assert source_label(checkpoint) == "LLaDAModelLM from a temporary folder"
 
     def test_config_name_or_path(self, checkpoint, tmp_path):
