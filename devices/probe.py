@@ -1,9 +1,11 @@
 """The probe: does a provider really run here, not just appear in the wheel's list?
 
 `get_available_providers()` names what the wheel was built with; a listed provider
-can still fail when its libraries (CUDA, cuDNN, DirectX) are missing, and ORT then
-quietly runs the session on CPU. The probe builds a session on a one-node graph
-with the profile's options, runs it, and checks `session.get_providers()`.
+can still fail when its libraries (CUDA, cuDNN, DirectX) or its device (no GPU) are
+missing, and ORT then quietly runs the session on CPU, even while `get_providers()`
+still names the provider. So the probe builds a session on a one-node graph with the
+profile's provider alone and CPU fallback disabled: it only succeeds when that node
+really is placed on the provider. Then it runs it and checks the result.
 """
 
 from __future__ import annotations
@@ -52,11 +54,11 @@ def _run_probe(profile: DeviceProfile, options: dict[str, str]) -> ProbeResult:
     except Exception as exc:  # reported, not raised: the caller decides whether that is fatal
         return ProbeResult(False, (), f"onnxruntime failed to import: {_one_line(exc)}")
     so = ort.SessionOptions()
-    so.log_severity_level = 3  # ORT logs provider load failures as errors; the reason is reported below
+    so.log_severity_level = 4  # ORT logs provider and placement failures as errors; the reason is reported below
     so.intra_op_num_threads = 1
     providers: list = [(profile.provider, options)]
-    if profile.provider != "CPUExecutionProvider":
-        providers.append("CPUExecutionProvider")
+    if profile.provider != "CPUExecutionProvider":  # the Add must run on the provider, not on a CPU fallback
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     with warnings.catch_warnings(record=True) as caught:  # ORT warns about unlisted providers: fold it into the reason
         warnings.simplefilter("always")
         try:
@@ -64,7 +66,8 @@ def _run_probe(profile: DeviceProfile, options: dict[str, str]) -> ProbeResult:
             (y,) = session.run(None, {"x": np.ones((1, 4), np.float32)})
             used = tuple(session.get_providers())
         except Exception as exc:  # every ORT failure (Fail, RuntimeError, ValueError) becomes a reason
-            return ProbeResult(False, (), _one_line(exc))
+            said = _one_line(caught[0].message) if caught else _one_line(exc)  # "not in available providers" first
+            return ProbeResult(False, (), f"{profile.provider} did not run the probe graph ({said})")
     if profile.provider not in used:
         said = f": {_one_line(caught[0].message)}" if caught else ""
         return ProbeResult(False, used, f"{profile.provider} did not load, the session fell back to {', '.join(used)}{said}")

@@ -28,6 +28,7 @@ from .emitter import Emitter, WeightFile, save_model
 from .families import family_for
 from .precision import INT8_WEIGHT_MAX
 from .progress import Progress
+from .provenance import source_label
 from .safetensors_io import INDEX_NAME, CheckpointTensors
 from .validate import Agreement, validate
 
@@ -69,7 +70,7 @@ def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str 
                                        quiet=cfg.quiet) as progress:
         builder.on_tensor = progress.advance
         files = build_graph(builder, tmp, cfg)
-        shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
+        copy_file(tokenizer.path, tmp / "tokenizer.json")
         manifest = make_manifest(builder, tokenizer, tmp, files, src, tensors)
         write_manifest(manifest, tmp)
         report = ()
@@ -120,7 +121,8 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
         eos_token=tokenizer.eos_token,
         provenance={
             "exporter_version": exporter_version(),
-            "source": str(src.resolve()),
+            "source": source_label(src),  # a name for people; the path below is for this machine
+            "source_path": str(src.resolve()),
             "source_files": {n: sha256_file(src / n) for n in sources if (src / n).is_file()},
             "attention": builder.kernel,
             "rope": cfg.rope,
@@ -224,6 +226,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's live process
     return True
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """shutil.copyfile; a failed read or write (disk full) is a ModelFormatError naming both files."""
+    try:
+        shutil.copyfile(src, dst)
+    except OSError as exc:
+        raise ModelFormatError(f"cannot copy {src} to {dst} ({exc.strerror or exc})") from exc
 
 
 def publish(tmp: Path, out: Path, force: bool) -> None:

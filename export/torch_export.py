@@ -8,7 +8,6 @@ cache "none". torch is needed only here (the test extra), never by export_model.
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from ..config import GenerationConfig
 from ..errors import ConfigError, ModelFormatError
 from ..manifest import Dims, GraphFiles, Manifest, SpecialIds, generation_defaults, sha256_file, write_manifest
 from .checkpoint import read_tokenizer_files
-from .package import ExportResult, check_output, exporter_version, publish, staging
+from .package import ExportResult, check_output, copy_file, exporter_version, publish, staging
 from .validate import compare
 
 
@@ -54,7 +53,7 @@ def export_torch(module, out: str | os.PathLike, *, tokenizer: str | os.PathLike
     with staging(out) as tmp:
         graph = tmp / "model.onnx"
         _trace(module, example, graph)
-        shutil.copyfile(tok.path, tmp / "tokenizer.json")
+        copy_file(tok.path, tmp / "tokenizer.json")
         manifest = Manifest(
             architecture="generic",
             dims=Dims(vocab_size=vocab, hidden_size=0, num_layers=0, num_heads=0, num_kv_heads=0, head_dim=0,

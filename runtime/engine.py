@@ -27,12 +27,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from .errors import ModelFormatError
-from .manifest import Manifest
+from .manifest import Manifest, SpecialIds
 
 _ORT_FLOAT = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 _KV_DTYPES = {"float32": np.float32, "float16": np.float16}
+# What a failing session.run raises: the pybind layer's RuntimeError and ORT's own status types
+# (Fail, InvalidArgument, RuntimeException, ...), which derive from Exception only.
+ORT_ERRORS = (RuntimeError, *(e for e in vars(_ort_state).values()
+                              if isinstance(e, type) and issubclass(e, Exception)))
 
 
 @dataclass
@@ -76,11 +81,79 @@ class GraphLayout:
         return cls(cache_inputs, dims.num_layers, dims.num_kv_heads, dims.head_dim, kv_dtype, logits_dtype)
 
 
+def check_declared_shapes(session: ort.InferenceSession, manifest: Manifest, source: str) -> None:
+    """ModelFormatError when the graph's declared shapes or the special ids contradict the manifest.
+
+    A logits width other than the manifest's vocab_size would make the decoder pick ids the
+    tokenizer does not have (or ORT fail at the first step), so it is refused at load; symbolic
+    dimensions (strings, None) are checked per run by `check_logits`.
+    """
+    dims = manifest.dims
+    declared = {a.name: a.shape for a in [*session.get_inputs(), *session.get_outputs()]}
+    wanted = {"input_ids": ("B", "W"), "logits": ("B", "K", dims.vocab_size)}
+    if "past_key.0" in declared:
+        kv = ("B", dims.num_kv_heads, "P", dims.head_dim)
+        wanted.update({f"{io}_{kv_name}.{l}": kv for io in ("past", "present") for kv_name in ("key", "value")
+                       for l in range(dims.num_layers)})
+    for name, expected in wanted.items():
+        shape = declared.get(name)
+        if not shape:
+            continue  # absent (GraphLayout names what is missing) or rank unknown (checked per run)
+        if len(shape) != len(expected):
+            raise ModelFormatError(f"{source}: graph {name} has rank {len(shape)} {list(shape)}, expected "
+                                   f"{len(expected)} ({', '.join(map(str, expected))})")
+        for axis, (got, want) in enumerate(zip(shape, expected)):
+            if isinstance(got, int) and isinstance(want, int) and got != want:
+                raise ModelFormatError(f"{source}: graph {name} has {got} on axis {axis} but the manifest says "
+                                       f"{want} ({_dim_name(name, axis)}); the manifest and graph disagree: "
+                                       "re-export the package")
+    check_special_ids(manifest.special_ids, dims.vocab_size, source)
+
+
+def _dim_name(tensor: str, axis: int) -> str:
+    return "dims.vocab_size" if tensor == "logits" else "dims.num_kv_heads" if axis == 1 else "dims.head_dim"
+
+
+def check_special_ids(ids: SpecialIds, vocab_size: int, source: str) -> None:
+    """Every special id must be a row of the logits (the decoder indexes them)."""
+    for name in ("mask_id", "eos_id", "eot_id", "bos_id", "pad_id"):
+        value = getattr(ids, name)
+        if value is not None and not 0 <= value < vocab_size:
+            raise ModelFormatError(f"{source}: special_ids.{name} {value} lies outside the vocabulary "
+                                   f"[0, {vocab_size}) of dims.vocab_size")
+
+
+def check_logits(logits: np.ndarray, expected: tuple[int, ...], source: str) -> None:
+    """The returned logits have the shape the run asked for (a symbolic width can still lie)."""
+    if tuple(logits.shape) != expected:
+        raise ModelFormatError(f"{source}: graph returned logits of shape {tuple(logits.shape)}, expected "
+                               f"{expected} (batch, rows, dims.vocab_size); the manifest and graph disagree")
+
+
+_QUIET_RUN = ort.RunOptions()
+_QUIET_RUN.log_severity_level = 4  # a failed run is raised with ORT's message: its log line would repeat it
+
+
+def run_session(session: ort.InferenceSession, binding, source: str) -> float:
+    """session.run_with_iobinding; ORT's failures become ModelFormatError naming the graph. Seconds spent."""
+    t0 = time.perf_counter()
+    try:
+        session.run_with_iobinding(binding, _QUIET_RUN)
+    except ORT_ERRORS as exc:
+        # ORT's text: "Error in execution: ... [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : <what went wrong>"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelFormatError(f"{source}: ONNX Runtime failed running the graph: "
+                               f"{detail.rsplit(' : ', 1)[-1]}") from exc
+    return time.perf_counter() - t0
+
+
 class Engine:
     """One graph's session; `begin` prepares the buffers of one generation."""
 
-    def __init__(self, session: ort.InferenceSession, manifest: Manifest):
+    def __init__(self, session: ort.InferenceSession, manifest: Manifest, source: str = "graph"):
         self.session = session
+        self.source = str(source)  # the graph file, for error messages
+        check_declared_shapes(session, manifest, self.source)
         self.layout = GraphLayout.of(session, manifest)
         self.vocab_size = manifest.dims.vocab_size
 
@@ -97,7 +170,7 @@ class EngineRun:
 
     def __init__(self, engine: Engine, *, batch: int, length: int, cache: str, max_window: int, max_rows: int):
         lay = self.layout = engine.layout
-        self.session, self.vocab_size = engine.session, engine.vocab_size
+        self.session, self.vocab_size, self.source = engine.session, engine.vocab_size, engine.source
         self.batch, self.length, self.cache = batch, length, cache
         self._binding = self.session.io_binding()
         self._logits = np.empty(batch * max_rows * self.vocab_size, dtype=lay.logits_dtype)
@@ -141,9 +214,7 @@ class EngineRun:
             self._logits = np.empty(int(np.prod(shape)), dtype=self._logits.dtype)
         logits = self._logits[: int(np.prod(shape))].reshape(shape)
         binding.bind_output("logits", "cpu", 0, logits.dtype, list(logits.shape), logits.ctypes.data)
-        t0 = time.perf_counter()
-        self.session.run_with_iobinding(binding)
-        return logits, time.perf_counter() - t0
+        return logits, run_session(self.session, binding, self.source)
 
     def _bind_window(self, start: int, end: int, past_length: int, stores: bool) -> None:
         lay, binding = self.layout, self._binding
@@ -179,9 +250,8 @@ class EngineRun:
         binding = self._binding
         binding.bind_cpu_input("input_ids", input_ids)
         binding.bind_output("logits", "cpu")
-        t0 = time.perf_counter()
-        self.session.run_with_iobinding(binding)
-        seconds = time.perf_counter() - t0
+        seconds = run_session(self.session, binding, self.source)
         full = binding.get_outputs()[0].numpy()
+        check_logits(full, (self.batch, input_ids.shape[1], self.vocab_size), self.source)
         rows = np.asarray(request.logits_index, dtype=np.int64)
         return np.ascontiguousarray(full[:, rows, :]), seconds

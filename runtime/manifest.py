@@ -115,6 +115,11 @@ class Manifest:
         return {"format_version": out.pop("format_version"), **out}
 
 
+def auto_cache(cache_reuse: bool) -> str:
+    """The cache mode that `cache` auto (None) resolves to: dual where the package can reuse key/value."""
+    return "dual" if cache_reuse else "none"
+
+
 # ---------------------------------------------------------------------- writing
 
 
@@ -124,7 +129,10 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike) -> Path:
     target = Path(path)
     if target.is_dir():
         target = target / MANIFEST_NAME
-    write_text_atomic(target, json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    try:
+        write_text_atomic(target, json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:  # disk full, read-only folder: the caller's staging folder is removed
+        raise ModelFormatError(f"{target}: cannot write the manifest ({exc.strerror or exc})") from exc
     return target
 
 

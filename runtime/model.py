@@ -29,7 +29,7 @@ from .chat import ChatTemplate, check_messages
 from .config import GenerationConfig, ModelFacts, check_threads
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
-from .manifest import BLOCK_CAUSAL, Manifest, read_manifest
+from .manifest import BLOCK_CAUSAL, Manifest, auto_cache, read_manifest
 from .package import Package, read_package
 from .stats import GenerationStats, peak_rss_bytes
 from .store import resolve as resolve_model
@@ -79,6 +79,8 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
     profile_prefix turns on ONNX Runtime's profiler (`unmask bench --profile`): the trace is written
     to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
     """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a package folder (str or os.PathLike) or None, got {type(path).__name__}")
     folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
     if not folder.is_dir():
         raise ModelFormatError(f"{folder}: not a folder (expected a model package with unmask.json)")
@@ -132,7 +134,7 @@ class Model:
         self.chat_template = (
             ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token) if m.chat_template else None
         )
-        self.engine = Engine(session, m)
+        self.engine = Engine(session, m, source=package.graph_path)
         self.facts: ModelFacts = m.model_facts()
         self.cache_reuse = m.cache_reuse and self.engine.layout.cache_inputs
         self._stop_ids = {i for i in (m.special_ids.eos_id, m.special_ids.eot_id) if i is not None}
@@ -163,8 +165,12 @@ class Model:
             raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
         cfg = cfg.replace(**overrides) if overrides else cfg
         if cfg.cache is None:
-            cfg = cfg.replace(cache="dual" if self.cache_reuse else "none")
+            cfg = cfg.replace(cache=auto_cache(self.cache_reuse))
         cfg.validate(self.facts)
+        context = self.manifest.dims.max_sequence_length
+        if cfg.gen_length >= context:  # refused when set (chat's /set), not at the first generation
+            raise ConfigError(f"gen_length {cfg.gen_length} leaves no room for a prompt in the model's context of "
+                              f"{context} tokens; use a gen_length below {context}")
         if cfg.cache != "none" and not self.cache_reuse:
             raise ConfigError(
                 f"cache {cfg.cache!r} needs a package exported with key/value reuse; this one has none "

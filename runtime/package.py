@@ -102,7 +102,10 @@ def _read_graph(graph_path: Path, manifest: Manifest) -> tuple[bytes, set[str]]:
     _compare(graph_path, hashlib.sha256(model).hexdigest(), manifest.graph.files[manifest.graph.file])
     if not model:
         raise ModelFormatError(f"{graph_path}: empty graph file")
-    locations = set(external_data_locations(model))
+    try:
+        locations = set(external_data_locations(model))
+    except ModelFormatError as exc:  # the parser sees bytes only: say which file they came from
+        raise ModelFormatError(f"{graph_path}: {exc}") from exc
     for location in sorted(locations):
         if location not in manifest.graph.files:
             raise ModelFormatError(

@@ -65,9 +65,9 @@ class GenerationStats(TokenRates):
         self.forward_seconds.append(forward)
         self.host_seconds.append(host)
 
-    def to_dict(self) -> dict:
-        """Summary for JSON output (per-step lists included)."""
-        return {
+    def to_dict(self, per_step: bool = True) -> dict:
+        """Summary for JSON output; the per-step lists only with `per_step`."""
+        summary = {
             "nfe": self.nfe,
             "tokens": self.tokens,
             "tokens_per_forward": self.tokens_per_forward,
@@ -77,6 +77,10 @@ class GenerationStats(TokenRates):
             "host_share": self.host_share,
             "cache": self.cache,
             "peak_rss_bytes": self.peak_rss_bytes,
+        }
+        if not per_step:
+            return summary
+        return summary | {
             "forward_seconds": list(self.forward_seconds),
             "host_seconds": list(self.host_seconds),
             "step_kinds": list(self.step_kinds),

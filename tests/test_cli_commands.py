@@ -393,7 +393,7 @@ class TestInfo:
     def package(self, tmp_path):
         folder = tmp_path / "pkg"
         folder.mkdir()
-        (folder / "model.onnx").write_bytes(b"\0" * 10)
+        (folder / "model.onnx").write_bytes(b"\0" * 1234)  # make_manifest's size_bytes
         write_manifest(make_manifest(steps=16, threshold=0.9), folder)
         return folder
 

@@ -8,7 +8,7 @@ import unmask
 from unmask import tasks
 from unmask.evaluate import TaskSpec, read_task_spec
 from unmask.manifest import read_manifest
-from training.ship_default import main, ship
+from training.ship_default import SHIPPED_SOURCE, main, ship
 from training.train import TrainConfig, train
 
 # Zero training steps: random weights in the real layout and tokenizer, which is all shipping reads.
@@ -37,7 +37,7 @@ class TestShip:
         manifest = read_manifest(shipped)
         assert manifest.precision == "int8"
         assert manifest.generation == {"gen_length": tasks.GEN_LENGTH}  # block_length unset: one block
-        assert manifest.provenance["shipped_as"] == "default" and manifest.provenance["source"] == checkpoint.name
+        assert manifest.provenance["shipped_as"] == "default" and manifest.provenance["source"] == SHIPPED_SOURCE
         assert read_task_spec(shipped) == TaskSpec(tasks.FAMILIES, tasks.GEN_LENGTH)
         result = unmask.load(shipped, threads=1).generate("What is 2 + 3?")
         assert result.stats.nfe >= 1 and result.stats.tokens <= tasks.GEN_LENGTH

@@ -30,6 +30,8 @@ MAX_BYTES = 10 * 1000 * 1000  # the wheel carries the model: at most 10 MB for t
 PRECISION = "int8"
 CHECK_EXAMPLES = 50  # held-out examples the shipped package must answer (0: skip the check)
 MIN_ACCURACY = 0.9  # what tests/test_eval.py asserts on the embedded model
+# What `unmask info` names as the origin of the embedded model (the checkpoint folder is scratch).
+SHIPPED_SOURCE = "unmask training/train.py"
 SOURCE_DEFAULT = Path("runtime", "models", "default")  # relative to the checkout's root (unmask/models/default)
 
 
@@ -52,7 +54,7 @@ def ship(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
         manifest = read_manifest(staged)
         # Trained as one gen_length region per answer: that is also how chat should run it.
         manifest.generation = generation_defaults(GenerationConfig(gen_length=gen_length))
-        manifest.provenance = {**manifest.provenance, "source": Path(checkpoint).name, "shipped_as": "default"}
+        manifest.provenance = {**manifest.provenance, "source": SHIPPED_SOURCE, "shipped_as": "default"}
         write_manifest(manifest, staged)
         write_task_spec(TaskSpec(tuple(families), gen_length), staged)
         size = package_bytes(staged)

@@ -21,6 +21,18 @@ Examples:
 """
 
 
+def banner(model, config) -> list[str]:
+    """What a chat starts with: the model, its context, what it can do, how to drive it."""
+    m = model.manifest
+    can = ["chat template", f"key/value reuse (cache {config.cache})" if model.cache_reuse else "no key/value reuse"]
+    return [
+        f"unmask chat: {model_label(model)}",
+        f"context {m.dims.max_sequence_length} tokens; answers of {config.gen_length} tokens in "
+        f"{config.resolved_steps} steps ({config.algorithm}); {', '.join(can)}",
+        'type /help for commands, """ for a message of several lines; Ctrl-D or Ctrl-C twice leaves',
+    ]
+
+
 @click.command("chat", epilog=EXAMPLES)
 @click.argument("model", required=False, type=click.Path(path_type=Path))
 @click.option("--system", help="System prompt for the conversation (change it later with /system).")
@@ -35,8 +47,10 @@ def command(model, system, stream, visual, device, threads, verbose, **flags):
     MODEL is a package folder made by `unmask export`; without it you chat
     with the embedded model. Type /help for the slash commands (/reset,
     /stats, /set KEY VALUE, /system TEXT, /save FILE, /exit). Ctrl-C cancels
-    the answer being written; Ctrl-D leaves. With stdin piped, each line is
-    one turn and only the answers are printed.
+    the answer being written; Ctrl-D, or Ctrl-C twice at the prompt, leaves.
+    A message of several lines goes between \"\"\" lines (\"\"\" opens it, a line
+    ending with \"\"\" sends it). With stdin piped, each line is one turn and
+    only the answers are printed.
     """
     overrides = pop_overrides(flags)
     loaded = open_model(model, device, threads)
@@ -47,8 +61,8 @@ def command(model, system, stream, visual, device, threads, verbose, **flags):
                     model_path=str(loaded.package.folder))
     stdin = sys.stdin
     if stdin.isatty():
-        echo_err(f"unmask chat: {model_label(loaded)}")
-        echo_err("type /help for commands, Ctrl-D to leave")
-        loop.run(terminal_lines())
+        for line in banner(loaded, session.config):
+            echo_err(line)
+        loop.run(terminal_lines(lambda: loop.prompt))
     else:
         loop.run(piped_lines(stdin))

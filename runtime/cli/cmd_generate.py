@@ -42,10 +42,12 @@ Examples:
 @click.option("--system", help="System prompt (packages with a chat template).")
 @click.option("--raw", is_flag=True, help="Use the prompt as is, without the chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print text, token ids, settings and stats as JSON.")
+@click.option("--per-step", is_flag=True, help="With --json: add the per-step lists (seconds, window lengths, ...).")
 @click.option("--stream/--no-stream", default=False, help="Print each block as soon as it is finished.")
 @click.option("--visual", is_flag=True, help="Redraw the whole answer in place while it denoises (terminal only).")
 @generation_options
-def command(model, prompt, file, system, raw, as_json, stream, visual, device, threads, verbose, **flags):
+def command(model, prompt, file, system, raw, as_json, per_step, stream, visual, device, threads, verbose,
+            **flags):
     """Generate one answer for a prompt and print it.
 
     MODEL is a package folder made by `unmask export`; without it the embedded
@@ -55,6 +57,8 @@ def command(model, prompt, file, system, raw, as_json, stream, visual, device, t
     overrides = pop_overrides(flags)
     if as_json and (stream or visual):
         raise click.UsageError("--json prints one document at the end; drop --stream/--visual")
+    if per_step and not as_json:
+        raise click.UsageError("--per-step adds to the --json document; give --json too")
     if raw and system is not None:
         raise click.UsageError("--raw sends the prompt without the chat template, so --system cannot apply")
     text = _read_prompt(prompt, file)
@@ -88,7 +92,7 @@ def command(model, prompt, file, system, raw, as_json, stream, visual, device, t
             "token_ids": [int(t) for t in result.token_ids],
             "prompt_length": int(len(result.prompt_ids)),
             "config": result.config.to_dict(),
-            "stats": result.stats.to_dict(),
+            "stats": result.stats.to_dict(per_step=per_step),
             "device": {"provider": provider_of(loaded), "threads": loaded.threads},
         }, indent=2))
     else:

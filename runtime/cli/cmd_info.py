@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import ModelFormatError
-from ..manifest import MANIFEST_NAME, Manifest, read_manifest
+from ..manifest import MANIFEST_NAME, Manifest, auto_cache, read_manifest
 from ..package import open_package
 from .options import check_model_path, describe, resolve_model
 
@@ -35,14 +35,35 @@ def _disk_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def info_document(folder: Path, *, verify: bool = False) -> dict:
-    manifest = read_manifest(folder)
+def check_graph_files(manifest: Manifest, folder: Path) -> None:
+    """The cheap half of --verify: every graph file present, their sizes adding up to size_bytes.
+
+    A truncated file would otherwise pass `info` and fail only at load (sha256 is --verify's).
+    """
     graph = folder / manifest.graph.file
     if not graph.is_file():
         raise ModelFormatError(f"{graph}: graph file named in {MANIFEST_NAME} is missing")
+    sizes = {}
+    for name in manifest.graph.files:
+        path = folder / name
+        if not path.is_file():
+            raise ModelFormatError(f"{path}: listed in {MANIFEST_NAME} graph.files but missing")
+        sizes[name] = path.stat().st_size
+    if manifest.size_bytes and sum(sizes.values()) != manifest.size_bytes:
+        listed = ", ".join(f"{name} {size} bytes" for name, size in sizes.items())
+        raise ModelFormatError(f"{folder}: graph files hold {sum(sizes.values())} bytes ({listed}) but "
+                               f"{MANIFEST_NAME} says {manifest.size_bytes}: a file is truncated or replaced; "
+                               "export the package again")
+
+
+def info_document(folder: Path, *, verify: bool = False) -> dict:
+    manifest = read_manifest(folder)
+    check_graph_files(manifest, folder)
     if verify:  # every check unmask.load makes before opening a session, sha256 included
         open_package(folder)
     config = manifest.generation_config()
+    if config.cache is None:  # as unmask.load resolves it, so info and `generate -v` agree
+        config = config.replace(cache=auto_cache(manifest.cache_reuse))
     return {
         "path": str(folder),
         "format_version": manifest.format_version,

@@ -192,6 +192,7 @@ def ineffective(config: GenerationConfig, names: Iterable[str], *, architecture:
                 cache_reuse: bool = True) -> list[str]:
     """One line per given setting that changes nothing for this model and algorithm (never ignored silently)."""
     notes = []
+    names = list(names)
     schedule = "block schedule" if config.uses_block_schedule else "timestep schedule"
     family = f"{architecture}, " if architecture else ""
     for name in names:
@@ -208,6 +209,10 @@ def ineffective(config: GenerationConfig, names: Iterable[str], *, architecture:
         elif name == "cache" and config.cache not in (None, "none") and not cache_reuse:
             notes.append(f"--cache {config.cache} has no effect: this package's graph has no key/value inputs "
                          f"(exported from torch), so it runs with cache none")
+    if {"steps", "gen_length"} & set(names) and config.resolved_steps > config.gen_length:  # either flag can cause it
+        rest = "the others still run a forward pass each" if config.uses_block_schedule else "the others are skipped"
+        notes.append(f"steps {config.resolved_steps} is more than gen_length {config.gen_length}: at most "
+                     f"{config.gen_length} steps can commit a token; {rest}")
     return notes
 
 

@@ -5,7 +5,10 @@ Three views of the same event stream (`Model.stream` / a chat session's `stream`
 - CanvasView: the whole generation region is redrawn in place after every step,
   masked positions shown as a placeholder glyph (llama.cpp's --diffusion-visual);
 - FinalView: nothing until the answer is complete (--no-stream).
-A CanvasView needs a terminal; `make_view` falls back to BlockView elsewhere.
+A CanvasView needs a terminal; `make_view` falls back to BlockView elsewhere. On a
+terminal, Block and Final views show a one-line progress status while a block denoises
+(a long single-block answer would otherwise show nothing for its whole run); on a pipe
+they print the text only.
 """
 
 from __future__ import annotations
@@ -15,36 +18,63 @@ from typing import Any, Callable, TextIO
 
 MASK_GLYPH = "░"
 _CLEAR_BELOW = "\x1b[J"
+_CLEAR_LINE = "\x1b[K"
 _HIDE_CURSOR, _SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
 
 class BlockView:
-    """Print the text of each finished block as soon as the decoder finishes it."""
+    """Print the text of each finished block as soon as the decoder finishes it.
 
-    def __init__(self, out: TextIO):
+    With `progress` (a terminal), a status line "step s/S, u/N tokens unmasked" stands where
+    the next text will go, and is erased before that text is written. It is drawn only at the
+    start of a line, so erasing it never touches text already shown.
+    """
+
+    def __init__(self, out: TextIO, progress: bool = False):
         self.out = out
+        self.progress = progress
         self.shown = ""
+        self._status = False
 
     def start(self, config: Any) -> None:
         self.shown = ""
+        self.length, self.steps = int(config.gen_length), int(config.resolved_steps)
+        self.unmasked = 0
 
     def event(self, ev: Any) -> None:
         if ev.text:
             self._show(ev.text)
+        self._track(ev)
 
     def finish(self, text: str) -> None:
         # The final text can differ from the sum of block texts (EOS trimming, detokenization
         # across a block boundary): print only what is missing, else trust what is shown.
+        self._clear_status()
         if text.startswith(self.shown):
             self._show(text[len(self.shown):])
         self.out.write("\n")
         self.out.flush()
 
     def cancel(self) -> None:
+        self._clear_status()
         self.out.write("\n")
         self.out.flush()
 
+    def _track(self, ev: Any) -> None:
+        self.unmasked += len(ev.positions)
+        if self.progress and not ev.done and (not self.shown or self.shown.endswith("\n")):
+            self.out.write(f"\r{_CLEAR_LINE}[step {int(ev.step) + 1}/{self.steps}, "
+                           f"{min(self.unmasked, self.length)}/{self.length} tokens unmasked]")
+            self.out.flush()
+            self._status = True
+
+    def _clear_status(self) -> None:
+        if self._status:
+            self.out.write(f"\r{_CLEAR_LINE}")
+            self._status = False
+
     def _show(self, piece: str) -> None:
+        self._clear_status()
         self.out.write(piece)
         self.out.flush()
         self.shown += piece
@@ -54,7 +84,7 @@ class FinalView(BlockView):
     """Print the answer once, when it is complete."""
 
     def event(self, ev: Any) -> None:
-        pass
+        self._track(ev)
 
 
 class CanvasView:
@@ -138,7 +168,8 @@ def make_view(out: TextIO, *, stream: bool, visual: bool, decode: Callable[[list
             warn("note: --visual is not available for this model; streaming finished blocks instead")
             return BlockView(out)
         return CanvasView(out, decode)
-    return BlockView(out) if stream else FinalView(out)
+    progress = _is_tty(out)
+    return BlockView(out, progress) if stream else FinalView(out, progress)
 
 
 def _is_tty(out: TextIO) -> bool:

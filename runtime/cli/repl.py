@@ -2,7 +2,9 @@
 
 Interactive (a terminal on stdin): a prompt with readline line editing and
 history; Ctrl-C cancels the answer being generated (the turn is dropped, the
-session goes on) or clears the line being typed; Ctrl-D or /exit leaves.
+session goes on) or, at the prompt, clears the line and says how to leave; a
+second Ctrl-C in a row, Ctrl-D or /exit leaves. A message of several lines goes
+between lines starting and ending with \"\"\" (interactive or piped).
 Piped stdin: one turn per line, answers only, no prompt. Errors a user can fix
 (a bad /set value, a prompt longer than the model's context) are printed and the
 session continues.
@@ -21,20 +23,24 @@ from .. import __version__
 from ..config import GenerationConfig
 from ..errors import ConfigError, UnmaskError
 from ..manifest import write_text_atomic
-from .options import describe, parse_setting
+from .options import describe, ineffective, parse_setting
 from .render import BlockView, CanvasView
 
 if TYPE_CHECKING:  # unmask.model loads onnxruntime
     from ..model import ChatSession, Model
 
 PROMPT = ">>> "
+CONTINUATION = "... "  # inside a """ multi-line message
+FENCE = '"""'
+LEAVE_HINT = "(Ctrl-C again, Ctrl-D or /exit leaves)"
 HELP = """commands:
   /reset              forget the conversation (the system prompt stays)
   /stats              cost of the last answer: NFE, tokens per forward, tokens/s, time to first block
   /set KEY VALUE      change a generation setting (e.g. /set steps 8, /set threshold none); /set alone lists them
   /system TEXT        set the system prompt (/system alone clears it)
   /save FILE          write the conversation as JSON
-  /exit               leave (Ctrl-D works too); Ctrl-C cancels a running answer"""
+  /exit               leave (Ctrl-D or Ctrl-C twice at the prompt work too); Ctrl-C cancels a running answer
+  \"\"\"                 start a message of several lines; a line ending with \"\"\" sends it"""
 
 
 class ChatLoop:
@@ -50,6 +56,11 @@ class ChatLoop:
         self.err = err
         self.model_path = model_path
         self.last = None  # Result of the last finished answer
+        self.pending: list[str] | None = None  # lines of an open """ message
+
+    @property
+    def prompt(self) -> str:
+        return PROMPT if self.pending is None else CONTINUATION
 
     @property
     def config(self) -> GenerationConfig:
@@ -59,15 +70,38 @@ class ChatLoop:
     def run(self, lines: Iterable[str]) -> None:
         for line in lines:
             if not self.handle(line):
-                break
+                return
+        if self.pending is not None:  # input ended inside a """ message: send what was typed
+            self.send("\n".join(self.pending))
 
     def handle(self, line: str) -> bool:
         """One input line; False when the user asked to leave."""
+        if self.pending is not None:
+            return self.collect(line)
         text = line.strip()
         if not text:
             return True
+        if text.startswith(FENCE):
+            self.pending = []
+            return self.collect(text[len(FENCE):])
         if text.startswith("/"):
             return self.command(text)
+        return self.send(text)
+
+    def collect(self, line: str) -> bool:
+        """One line of an open FENCE message, kept as typed (indentation matters in code); a closing FENCE sends it."""
+        closing = line.rstrip().endswith(FENCE)
+        piece = line.rstrip()[: -len(FENCE)] if closing else line
+        if piece or self.pending:
+            self.pending.append(piece)
+        if not closing:
+            return True
+        text, self.pending = "\n".join(self.pending), None
+        return self.send(text)
+
+    def send(self, text: str) -> bool:
+        if not text.strip():
+            return True
         try:
             self.answer(text)
         except UnmaskError as exc:
@@ -144,6 +178,9 @@ class ChatLoop:
         self.overrides = overrides
         shown = "none" if parsed is None else parsed
         self.say(f"{name} = {shown}")
+        for note in ineffective(self.config, [name], architecture=self.model.manifest.architecture,
+                                cache_reuse=self.model.cache_reuse):
+            self.say(f"note: {note}")
 
     def system(self, rest: str) -> None:
         self.session.system = rest or None
@@ -181,21 +218,32 @@ def write_atomic(path: Path, text: str) -> None:
 # ---------------------------------------------------------------------- input sources
 
 
-def terminal_lines(prompt: str = PROMPT) -> Iterator[str]:
-    """Lines typed at a terminal, with readline editing and history; Ctrl-C clears the line."""
+def terminal_lines(prompt: Callable[[], str] = lambda: PROMPT) -> Iterator[str]:
+    """Lines typed at a terminal, with readline editing and history.
+
+    Ctrl-C clears the line and says how to leave; a second one in a row ends the input,
+    as Ctrl-D does.
+    """
     try:
         import readline  # noqa: F401  (importing it is what turns on editing/history for input())
     except ImportError:  # Windows without pyreadline: plain input()
         pass
+    interrupted = False
     while True:
         try:
-            yield input(prompt)
+            line = input(prompt())
         except KeyboardInterrupt:
             sys.stdout.write("\n")
+            if interrupted:
+                return
+            sys.stderr.write(LEAVE_HINT + "\n")
+            interrupted = True
             continue
         except EOFError:
             sys.stdout.write("\n")
             return
+        interrupted = False
+        yield line
 
 
 def piped_lines(stream: TextIO) -> Iterator[str]:
