@@ -68,7 +68,8 @@ def write_package(folder, graph: bytes, *, vocab: int, cache_reuse: bool = True,
         toy_manifest(vocab=vocab, **ids),
         architecture="llada" if cache_reuse else "generic",
         graph=GraphFiles("model.onnx", {"model.onnx": sha256_file(folder / "model.onnx")}),
-        cache_reuse=cache_reuse, size_bytes=len(graph))
+        cache_reuse=cache_reuse, size_bytes=len(graph),
+        tokenizer_sha256=sha256_file(folder / "tokenizer.json"))
     write_manifest(manifest, folder)
     return folder
 
