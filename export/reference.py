@@ -446,9 +446,13 @@ def dream_config(*, vocab_size: int, hidden_size: int, num_hidden_layers: int, n
 
 def family_of(hf_config: dict[str, Any]) -> type[ReferenceModel]:
     model_type = str(hf_config.get("model_type", "")).lower()
+    if model_type == "llada2_moe":  # its own module (mixture of experts), which imports this one
+        from .reference_llada2 import Llada2Model
+
+        return Llada2Model
     if model_type not in FAMILIES:
         raise ModelFormatError(
-            f"config.json: model_type {hf_config.get('model_type')!r} is not one of {', '.join(FAMILIES)}"
+            f"config.json: model_type {hf_config.get('model_type')!r} is not one of {', '.join(FAMILIES)}, llada2_moe"
         )
     return FAMILIES[model_type]
 
