@@ -273,3 +273,47 @@ class TestRefusals:
         src = make_llada2_checkpoint(tmp_path / "hf", shapes=shapes)
         with pytest.raises(ModelFormatError, match=name.replace(".", r"\.")):
             export_model(src, tmp_path / "pkg", quiet=True)
+
+
+class TestDevices:
+    """`unmask devices --model PKG` says how a mixture-of-experts package's experts run, and why."""
+
+    @staticmethod
+    def _package(folder, op, target="cpu", precision="int4"):
+        from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds, write_manifest
+
+        moe = {"expert_op": op, "num_experts": 256, "experts_per_token": 8}
+        write_manifest(Manifest(architecture="llada2", dims=Dims(64, 32, 2, 4, 2, 8, 128),
+                                special_ids=SpecialIds(mask_id=3, eos_id=2), precision=precision, target=target,
+                                graph=GraphFiles(), size_bytes=1 << 20, provenance={"moe": moe}), folder)
+        return read_manifest(folder)
+
+    def test_cli_explains_the_expert_op(self, tmp_path):
+        from click.testing import CliRunner
+
+        from unmask.cli import cli
+
+        self._package(tmp_path, "QMoE")
+        result = CliRunner().invoke(cli, ["devices", "--model", str(tmp_path), "--device", "cpu", "--json"])
+        assert result.exit_code == 0, result.output
+        explanation = json.loads(result.output)["choice"]["explanation"]
+        assert "experts: com.microsoft QMoE (8 of 256 experts per token) on CPUExecutionProvider" in explanation
+        assert "moe_ops: MoE, QMoE" in explanation
+
+    def test_provider_without_the_op_is_named(self, tmp_path):
+        from unmask.devices import load_profiles
+        from unmask.devices.select import moe_line, package_notes
+
+        profiles = {p.name: p for p in load_profiles()}
+        manifest = self._package(tmp_path, "QMoE")
+        notes = package_notes(profiles["directml"], manifest)
+        assert any("QMoE nodes, which DmlExecutionProvider does not run" in n for n in notes)
+        dense = self._package(tmp_path, "dense", target="dml", precision="fp16")
+        assert "plain MatMuls over all experts" in moe_line(profiles["directml"], dense)
+        assert moe_line(profiles["directml"], None) is None
+
+    def test_profile_moe_ops_are_checked(self):
+        from unmask.devices.profile import profile_from_dict
+
+        with pytest.raises(ConfigError, match="moe_ops"):
+            profile_from_dict({"moe_ops": ["SparseMoE"]}, name="x", source="x.toml")
