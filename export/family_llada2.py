@@ -22,7 +22,7 @@ from ..config import GenerationConfig
 from ..errors import ConfigError, ModelFormatError
 from .builder import GraphBuilder, LayerWeights
 from .checkpoint import ModelSpec, TokenizerFiles, require
-from .moe import MoeNames, MoeSpec, emit_experts, emit_router, expert_op, moe_shapes, numpy_moe
+from .moe import MoeNames, MoeSpec, emit_experts, emit_router, expert_block, expert_op, moe_shapes, numpy_moe
 from .precision import Kind, Role, weight_format
 
 DEFAULT_BLOCK = 32  # LLaDA2's block length: the default of every published sampler
@@ -192,7 +192,8 @@ class Llada2Builder(GraphBuilder):
         fmt = weight_format(Role.LAYER, self.config)
         bits = {Kind.DYNAMIC_INT8: 8, Kind.NBITS: fmt.bits}.get(fmt.kind, 0)
         routed = emit_experts(em, name, x, scores, selected, self.expert_op, spec, names, self.read,
-                              dtype=self.dtype, bits=bits, block=fmt.block_size if bits == 4 else None,
+                              dtype=self.dtype, bits=bits,
+                              block=expert_block(bits, fmt.block_size, self.spec.hidden_size, spec.expert_size),
                               accuracy_level=fmt.accuracy_level)
         out = em.make_mul(f"{name}/scaled", routed, em.const(spec.routed_scaling_factor, self.dtype))
         if names.shared is None:

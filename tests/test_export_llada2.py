@@ -26,12 +26,14 @@ from unmask.export.testing import llada2_weight_shapes, make_llada2_checkpoint
 from unmask.export.validate import compare
 from unmask.manifest import BLOCK_CAUSAL, read_manifest
 
-D, F, E = 64, 32, 8
+D, F, E = 64, 64, 8
 SPEC = MoeSpec(num_experts=E, experts_per_token=2, expert_size=F, shared_size=0, n_group=4, topk_group=2,
                routed_scaling_factor=2.5, first_dense_layers=0)
 NAMES = MoeNames("router", "bias", lambda e: (f"gate{e}", f"up{e}", f"down{e}"), None)
-# (op, bits, block): every form of the experts the exporter emits
-FORMS = [("MoE", 0, None), ("dense", 0, None), ("QMoE", 8, None), ("QMoE", 4, 16)]
+# (op, bits, block, relative tolerance): every form of the experts the exporter emits. Blocked 8-bit
+# QMoE always quantizes its activations to int8 too (measured 1e-2 of the output): a looser bound.
+FORMS = [("MoE", 0, None, 2e-5), ("dense", 0, None, 2e-5), ("QMoE", 8, None, 2e-5), ("QMoE", 8, 64, 4e-2),
+         ("QMoE", 4, 16, 2e-5)]
 
 
 def _weights(seed=0, router_scale=1 / 8, bias=None):
@@ -95,23 +97,23 @@ class TestRouter:
 
 
 class TestExpertForms:
-    @pytest.mark.parametrize("op, bits, block", FORMS)
-    def test_layer_matches_numpy_with_the_weights_it_stores(self, tmp_path, op, bits, block):
+    @pytest.mark.parametrize("op, bits, block, tolerance", FORMS)
+    def test_layer_matches_numpy_with_the_weights_it_stores(self, tmp_path, op, bits, block, tolerance):
         weights = _weights()
         x = np.random.default_rng(2).standard_normal((12, D)).astype(np.float32)
         got = _layer(tmp_path, weights, op, bits, block).run(None, {"x": x})[0]
         experts, mix = numpy_route(x.astype(np.float64), weights["router"], weights["bias"], SPEC)
         want = _expected(x, weights, experts, mix / 2.5, bits, block)
-        assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+        assert np.abs(got - want).max() <= tolerance * np.abs(want).max()
 
-    @pytest.mark.parametrize("op, bits, block", FORMS)
-    def test_tied_scores_select_the_lower_experts(self, tmp_path, op, bits, block):
+    @pytest.mark.parametrize("op, bits, block, tolerance", FORMS)
+    def test_tied_scores_select_the_lower_experts(self, tmp_path, op, bits, block, tolerance):
         weights = _weights(router_scale=0.0, bias=[0, 0, 0.1, 0.1, 0, 0, 0.1, 0.1])
         x = np.random.default_rng(3).standard_normal((3, D)).astype(np.float32)
         got = _layer(tmp_path, weights, op, bits, block).run(None, {"x": x})[0]
         lower = _expected(x, weights, [[2, 3]] * 3, [[0.5, 0.5]] * 3, bits, block)
         higher = _expected(x, weights, [[6, 7]] * 3, [[0.5, 0.5]] * 3, bits, block)
-        assert np.abs(got - lower).max() <= 2e-5 * np.abs(lower).max()
+        assert np.abs(got - lower).max() <= tolerance * np.abs(lower).max()
         assert np.abs(got - higher).max() > 0.1 * np.abs(lower).max()
 
     def test_quantized_codes_round_trip(self):
@@ -216,13 +218,14 @@ QUANTIZED = {"int8": (8, 0.05), "int4": (4, 0.25)}
 
 @pytest.mark.parametrize("precision", sorted(QUANTIZED))
 def test_quantized_experts_use_qmoe(tmp_path, precision):
-    src = make_llada2_checkpoint(tmp_path / "hf", hidden_size=64, moe_intermediate_size=32, intermediate_size=64)
+    src = make_llada2_checkpoint(tmp_path / "hf", hidden_size=64, moe_intermediate_size=64, intermediate_size=64)
     bits, max_kl = QUANTIZED[precision]
     result = export_model(src, tmp_path / "pkg", precision, quiet=True, block_size=16)
     nodes = [n for n in onnx.load(str(tmp_path / "pkg" / "model.onnx"), load_external_data=False).graph.node
              if n.op_type == "QMoE"]
     assert len(nodes) == 2
-    assert {a.name: a.i for a in nodes[0].attribute}["expert_weight_bits"] == bits
+    attributes = {a.name: a.i for a in nodes[0].attribute}
+    assert (attributes["expert_weight_bits"], attributes["block_size"]) == (bits, 64 if bits == 8 else 16)
     assert result.manifest.provenance["moe"]["expert_op"] == "QMoE"
     assert result.validation[0].kl_divergence <= max_kl
 
