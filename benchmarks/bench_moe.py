@@ -62,44 +62,53 @@ def _session(package: Path, threads: int):
     return ort.InferenceSession(str(package / "model.onnx"), options, providers=["CPUExecutionProvider"])
 
 
-def _step_ms(session, manifest, args) -> float:
-    """Median ms of one window call: --window positions after --past cached ones."""
+def _feeds(manifest, args) -> dict:
+    """One window call's inputs: --window positions after --past cached ones."""
     d, rng = manifest.dims, np.random.default_rng(0)
     past = rng.standard_normal((1, d.num_kv_heads, args.past, d.head_dim)).astype(np.float32)
     feeds = {"input_ids": rng.integers(0, d.vocab_size, (1, args.window)),
              "position_ids": np.arange(args.past, args.past + args.window, dtype=np.int64)[None],
              "logits_index": np.arange(args.window, dtype=np.int64)}
-    feeds |= {f"past_{t}.{i}": past for i in range(d.num_layers) for t in ("key", "value")}
-    times = []
-    for i in range(args.repeats + 2):
-        t0 = time.perf_counter()
-        session.run(["logits"], feeds)
-        if i >= 2:
-            times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
+    return feeds | {f"past_{t}.{i}": past for i in range(d.num_layers) for t in ("key", "value")}
+
+
+def _step_ms(calls: dict, repeats: int) -> dict:
+    """Median ms per window call of each {label: (session, feeds)}, timed round-robin (one call of
+    each in turn) so that a busy machine slows every model alike; two warm-up rounds first."""
+    times = {label: [] for label in calls}
+    for i in range(repeats + 2):
+        for label, (session, feeds) in calls.items():
+            t0 = time.perf_counter()
+            session.run(["logits"], feeds)
+            if i >= 2:
+                times[label].append(1000 * (time.perf_counter() - t0))
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def bench_compare(args) -> None:
     from unmask.export import export_model
 
     work = Path(tempfile.mkdtemp(prefix="unmask-moe-", dir=args.workdir))
-    rows, dense_ms = [], {}
+    rows = []
     try:
         models = [("dense", 0, True)] + [(f"moe {e}x", e, False) for e in args.experts]
+        packages, params = {}, {}
         for label, experts, dense in models:
             src = _checkpoint(work / f"hf-{label}", args, max(experts, args.n_group * 2), dense, args.layers)
-            total, active = _params(src, dense, args, max(experts, 1))
+            params[label] = _params(src, dense, args, max(experts, 1))
             for precision in args.precisions:
                 out = work / f"pkg-{label}-{precision}".replace(" ", "")
-                result = export_model(src, out, precision, quiet=True, validate=False)
-                ms = _step_ms(_session(out, args.threads), result.manifest, args)
-                if dense:
-                    dense_ms[precision] = ms
-                rows.append((label, f"{total / 1e6:.1f} M", f"{active / 1e6:.1f} M", precision,
-                             f"{result.manifest.size_bytes / 2**20:.0f} MiB", f"{ms:.2f}",
-                             f"{ms / dense_ms[precision]:.2f}x"))
-                shutil.rmtree(out, ignore_errors=True)
+                packages[label, precision] = export_model(src, out, precision, quiet=True, validate=False)
             shutil.rmtree(src, ignore_errors=True)
+        for precision in args.precisions:
+            results = {label: packages[label, precision] for label, _, _ in models}
+            calls = {label: (_session(r.path, args.threads), _feeds(r.manifest, args)) for label, r in results.items()}
+            ms = _step_ms(calls, args.repeats)
+            for label, r in results.items():
+                total, active = params[label]
+                rows.append((label, f"{total / 1e6:.1f} M", f"{active / 1e6:.1f} M", precision,
+                             f"{r.manifest.size_bytes / 2**20:.0f} MiB", f"{ms[label]:.2f}",
+                             f"{ms[label] / ms['dense']:.2f}x"))
         print(f"window {args.window} after {args.past} cached positions, {args.threads} threads, "
               f"hidden {args.hidden}, {args.layers} layers, experts of {args.expert} ({args.active} active "
               f"+ {args.shared} shared); target: MoE <= 1.5x dense")
@@ -124,7 +133,7 @@ def bench_plan(args) -> None:
         before = _rss()
         session = _session(work / "pkg", args.threads)
         load = stop() - before
-        layer_ms = _step_ms(session, result.manifest, args)
+        layer_ms = _step_ms({"layer": (session, _feeds(result.manifest, args))}, args.repeats)["layer"]
         layer_bytes = result.manifest.size_bytes
         d, v, moe_layers = args.hidden, args.vocab, args.total_layers - args.dense_layers
         per_param = {"int4": 0.5 + 4 / 32, "int8": 1.0}[args.precisions[0]]  # codes + fp32 scales (blocks of 32)

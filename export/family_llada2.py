@@ -193,7 +193,7 @@ class Llada2Builder(GraphBuilder):
         bits = {Kind.DYNAMIC_INT8: 8, Kind.NBITS: fmt.bits}.get(fmt.kind, 0)
         routed = emit_experts(em, name, x, scores, selected, self.expert_op, spec, names, self.read,
                               dtype=self.dtype, bits=bits,
-                              block=expert_block(bits, fmt.block_size, self.spec.hidden_size, spec.expert_size),
+                              block=expert_block(self.config.block_size, self.spec.hidden_size, spec.expert_size),
                               accuracy_level=fmt.accuracy_level)
         out = em.make_mul(f"{name}/scaled", routed, em.const(spec.routed_scaling_factor, self.dtype))
         if names.shared is None:
