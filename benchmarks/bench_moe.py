@@ -53,12 +53,16 @@ def _params(folder: Path, dense: bool, args, experts: int) -> tuple[int, int]:
     return total, total - routed + routed * args.active // experts
 
 
-def _session(package: Path, threads: int):
+def _session(package: Path, args):
+    """A CPU session; pool threads sleep between ops unless --spin (the cpu-x86 profile spins, which
+    pays on an idle machine; on a shared one the spinning threads starve each other: one MoE layer
+    measured 6.5 ms spinning, 2.1 ms not, with 2 threads among other jobs)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = args.threads
     options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if args.spin else "0")
     return ort.InferenceSession(str(package / "model.onnx"), options, providers=["CPUExecutionProvider"])
 
 
@@ -102,14 +106,15 @@ def bench_compare(args) -> None:
             shutil.rmtree(src, ignore_errors=True)
         for precision in args.precisions:
             results = {label: packages[label, precision] for label, _, _ in models}
-            calls = {label: (_session(r.path, args.threads), _feeds(r.manifest, args)) for label, r in results.items()}
+            calls = {label: (_session(r.path, args), _feeds(r.manifest, args)) for label, r in results.items()}
             ms = _step_ms(calls, args.repeats)
             for label, r in results.items():
                 total, active = params[label]
                 rows.append((label, f"{total / 1e6:.1f} M", f"{active / 1e6:.1f} M", precision,
                              f"{r.manifest.size_bytes / 2**20:.0f} MiB", f"{ms[label]:.2f}",
                              f"{ms[label] / ms['dense']:.2f}x"))
-        print(f"window {args.window} after {args.past} cached positions, {args.threads} threads, "
+        print(f"window {args.window} after {args.past} cached positions, {args.threads} threads "
+              f"({'spinning' if args.spin else 'not spinning'}), "
               f"hidden {args.hidden}, {args.layers} layers, experts of {args.expert} ({args.active} active "
               f"+ {args.shared} shared); target: MoE <= 1.5x dense")
         _table(["model", "parameters", "active / token", "precision", "package", "window step ms", "vs dense"], rows)
@@ -131,7 +136,7 @@ def bench_plan(args) -> None:
         export_peak = stop()
         stop = _peak_rss_monitor()
         before = _rss()
-        session = _session(work / "pkg", args.threads)
+        session = _session(work / "pkg", args)
         load = stop() - before
         layer_ms = _step_ms({"layer": (session, _feeds(result.manifest, args))}, args.repeats)["layer"]
         layer_bytes = result.manifest.size_bytes
@@ -186,6 +191,7 @@ def main() -> None:
         p.add_argument("--past", type=int, default=64)
         p.add_argument("--repeats", type=int, default=10)
         p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--spin", action="store_true", help="let ORT's pool threads spin (an idle machine)")
         p.add_argument("--workdir", default=None)
     compare.add_argument("--layers", type=int)
     args = parser.parse_args()
