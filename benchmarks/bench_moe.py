@@ -132,7 +132,10 @@ def bench_plan(args) -> None:
         src = _checkpoint(work / "hf", args, args.experts[0], False, layers=1)
         fp32 = sum(f.stat().st_size for f in src.glob("*.safetensors")) * 2  # bf16 on disk
         stop = _peak_rss_monitor()
-        result = export_model(src, work / "pkg", args.precisions[0], quiet=True, validate=False)
+        # weights kept in model.onnx.data as the whole model's would be (one layer alone is small
+        # enough to be folded into model.onnx, which holds the package in memory once)
+        result = export_model(src, work / "pkg", args.precisions[0], quiet=True, validate=False,
+                              external_data_threshold=0)
         export_peak = stop()
         stop = _peak_rss_monitor()
         before = _rss()
@@ -177,7 +180,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     compare = sub.add_parser("compare", help="MoE vs dense window step at int8 and int4")
     compare.set_defaults(func=bench_compare, hidden=768, head_dim=64, group=2, layers=8, expert=768, active=2,
-                         shared=1, n_group=4, topk_group=2, experts=[16, 32, 64])
+                         shared=1, n_group=4, topk_group=2, experts=[16, 32, 64], precisions=["int8", "int4"])
     plan = sub.add_parser("plan", help="LLaDA2.0-mini's widths: one layer measured, the model extrapolated")
     plan.set_defaults(func=bench_plan, hidden=2048, head_dim=128, group=4, expert=512, active=8, shared=1,
                       n_group=8, topk_group=4, experts=[256], total_layers=20, dense_layers=1, dense_width=5120,
@@ -186,7 +189,7 @@ def main() -> None:
         p.add_argument("--hidden", type=int)
         p.add_argument("--expert", type=int, help="width of one expert")
         p.add_argument("--experts", type=lambda s: [int(x) for x in s.split(",")], help="expert counts, e.g. 16,32,64")
-        p.add_argument("--precisions", type=lambda s: s.split(","), default=["int8", "int4"])
+        p.add_argument("--precisions", type=lambda s: s.split(","), help="e.g. int8,int4")
         p.add_argument("--window", type=int, default=32)
         p.add_argument("--past", type=int, default=64)
         p.add_argument("--repeats", type=int, default=10)
