@@ -33,8 +33,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ConfigError
+from .config import TARGET_MOE_OPS
 
-EXPERT_OPS = ("MoE", "QMoE")  # the com.microsoft operators a device profile may list in moe_ops
 # QMoE quantizes in blocks of the export's block_size along K. ORT 1.32's CPU kernel is fast only
 # on its int8-activation paths: blocked 8-bit weights, 4-bit at accuracy_level 4. One layer of 16
 # experts, D = F = 512, 32 tokens, 2 threads: 8-bit blocks of 32 or 64 1.5-1.9 ms, 8-bit with one
@@ -88,24 +88,18 @@ def moe_shapes(spec: MoeSpec, names: MoeNames, d: int) -> dict[str, tuple[int, .
 # ---------------------------------------------------------------------- which expert op
 
 
-def expert_op(precision: str, target: str, profiles=None) -> str:
-    """MoE, QMoE or dense for a package of `precision` for `target`, from the moe_ops of the device
-    profiles that export for that target (all of them must run the op); ConfigError when quantized
-    experts have no op there (a dense quantized fallback would be slower than a float package)."""
-    from ..devices.profile import load_profiles
-
-    fitting = [p for p in (profiles or load_profiles()) if p.package.target == target]
-    ops = set(EXPERT_OPS)
-    for p in fitting:
-        ops &= set(p.moe_ops)
-    names = ", ".join(p.name for p in fitting) or "none"
+def expert_op(precision: str, target: str) -> str:
+    """MoE, QMoE or dense for a package of `precision` for `target` (config.TARGET_MOE_OPS, which the
+    device profiles' moe_ops repeat per provider); ConfigError when quantized experts have no op
+    there (a dense quantized fallback would be slower than a float package)."""
+    ops = TARGET_MOE_OPS[target]
     if precision in ("int8", "int4"):
-        if "QMoE" in ops and fitting:
+        if "QMoE" in ops:
             return "QMoE"
-        raise ConfigError(f"{precision} experts need com.microsoft QMoE, which the device profiles for target "
-                          f"{target} ({names}) do not list in moe_ops; export this model for {target} at fp32 or "
-                          "fp16 (experts as plain MatMuls), or for target cpu")
-    if "MoE" in ops and fitting and precision == "fp32":  # ORT's CPU MoE kernel is fp32 only
+        raise ConfigError(f"{precision} experts need com.microsoft QMoE, which the providers of target {target} "
+                          f"do not run (their device profiles' moe_ops: {', '.join(ops) or 'none'}); export this "
+                          f"model for {target} at fp32 or fp16 (experts as plain MatMuls), or for target cpu")
+    if "MoE" in ops and precision == "fp32":  # ORT's CPU MoE kernel is fp32 only
         return "MoE"
     return "dense"
 
@@ -302,6 +296,6 @@ def _numpy_swiglu(x, expert, read):
     return (gate / (1 + np.exp(-gate)) * (x @ read(expert[1]).T.astype(np.float64))) @ read(expert[2]).T.astype(np.float64)
 
 
-__all__ = ["EXPERT_OPS", "expert_block", "MoeSpec", "MoeNames", "moe_shapes", "expert_op", "emit_router", "routing_weights",
+__all__ = ["expert_block", "MoeSpec", "MoeNames", "moe_shapes", "expert_op", "emit_router", "routing_weights",
            "quantize_rows", "dequantize_rows", "emit_experts",
            "numpy_route", "numpy_moe"]

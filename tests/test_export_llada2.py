@@ -234,10 +234,18 @@ class TestTargets:
     def test_profiles_decide_the_expert_op(self):
         assert [expert_op(p, "cpu") for p in ("fp32", "int8", "int4")] == ["MoE", "QMoE", "QMoE"]
         assert expert_op("fp32", "dml") == "dense" and expert_op("fp16", "coreml") == "dense"
-        with pytest.raises(ConfigError, match="QMoE.*moe_ops"):
+        with pytest.raises(ConfigError, match="QMoE.*moe_ops: none"):
             expert_op("int4", "dml")
         with pytest.raises(ConfigError, match="QMoE"):
             expert_op("int4", "cuda")
+
+    def test_the_device_profiles_say_the_same(self):
+        """Every profile that exports for a target lists exactly the ops the exporter counts on there."""
+        from unmask.devices import load_profiles
+        from unmask.export.config import TARGET_MOE_OPS
+
+        for p in load_profiles():
+            assert set(p.moe_ops) == set(TARGET_MOE_OPS[p.package.target]), p.name
 
     def test_dense_fallback_package_matches_the_reference(self, tmp_path):
         src = make_llada2_checkpoint(tmp_path / "hf")
