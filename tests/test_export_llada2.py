@@ -23,8 +23,9 @@ from unmask.export.moe import (MoeNames, MoeSpec, dequantize_rows, emit_experts,
 from unmask.export.reference import load_reference
 from unmask.export.reference_llada2 import Llada2Config, route
 from unmask.export.testing import llada2_weight_shapes, make_llada2_checkpoint
-from unmask.export.validate import compare
 from unmask.manifest import BLOCK_CAUSAL, read_manifest
+
+from test_export_sdar import Graph, _full  # the graph-contract runner and the reference's full forward
 
 D, F, E = 64, 64, 8
 SPEC = MoeSpec(num_experts=E, experts_per_token=2, expert_size=F, shared_size=0, n_group=4, topk_group=2,
@@ -149,30 +150,11 @@ def package(checkpoint, tmp_path_factory):
     return out, export_model(checkpoint, out, quiet=True, reference="torch")
 
 
-def _run(folder, ids, start=0, past=None):
-    m = read_manifest(folder)
-    d, (b, w) = m.dims, ids.shape
-    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
-    feeds = {"input_ids": ids, "position_ids": np.broadcast_to(np.arange(start, start + w), (b, w)).copy(),
-             "logits_index": np.arange(w, dtype=np.int64)}
-    empty = np.zeros((b, d.num_kv_heads, 0, d.head_dim), np.float32)
-    feeds |= {f"past_{t}.{i}": empty if past is None else past[f"{t}.{i}"]
-              for i in range(d.num_layers) for t in ("key", "value")}
-    names = ["logits"] + [f"present_{t}.{i}" for i in range(d.num_layers) for t in ("key", "value")]
-    out = session.run(names, feeds)
-    return out[0], {n.removeprefix("present_"): v for n, v in zip(names[1:], out[1:])}
-
-
-def _full(reference, ids):
-    with torch.no_grad():
-        return reference(torch.from_numpy(ids)).numpy()
-
-
 class TestPackage:
     def test_logits_match_the_reference(self, package, reference):
         folder, result = package
         ids = np.random.default_rng(5).integers(0, 320, (2, 14))
-        assert np.abs(_run(folder, ids)[0] - _full(reference, ids)).max() <= 1e-4
+        assert np.abs(Graph(folder)(ids, 0)[0] - _full(reference, ids)).max() <= 1e-4
         assert [a.baseline for a in result.validation] == ["fp32", "torch"]
         assert all(a.max_abs_error <= 1e-4 for a in result.validation)
 
@@ -180,8 +162,9 @@ class TestPackage:
         folder, result = package
         block = result.manifest.block_size
         ids = np.random.default_rng(6).integers(0, 320, (1, 4 * block))
-        _, past = _run(folder, ids[:, :2 * block])
-        logits, _ = _run(folder, ids[:, 2 * block:], 2 * block, past)
+        graph = Graph(folder)
+        _, past = graph(ids[:, :2 * block], 0)
+        logits, _ = graph(ids[:, 2 * block:], 2 * block, past)
         assert np.abs(logits - _full(reference, ids)[:, 2 * block:]).max() <= 1e-4
 
     def test_manifest(self, package, checkpoint):
@@ -254,7 +237,7 @@ class TestTargets:
         assert not ops & {"MoE", "QMoE", "RotaryEmbedding"}
         assert result.manifest.provenance["moe"]["expert_op"] == "dense"
         ids = np.random.default_rng(7).integers(0, 320, (1, 10))
-        assert np.abs(_run(tmp_path / "pkg", ids)[0] - _full(load_reference(src), ids)).max() <= 1e-4
+        assert np.abs(Graph(tmp_path / "pkg")(ids, 0)[0] - _full(load_reference(src), ids)).max() <= 1e-4
 
 
 class TestRefusals:
