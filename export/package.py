@@ -46,7 +46,7 @@ def exporter_version() -> str:
 
 def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str = "fp32", target: str = "cpu", *,
                  config: ExportConfig | None = None, **settings) -> ExportResult:
-    """Convert the LLaDA/Dream/SDAR checkpoint folder `src` into the package folder `out`.
+    """Convert the LLaDA/Dream/SDAR/LLaDA2 checkpoint folder `src` into the package folder `out`.
 
     settings are ExportConfig fields (block_size, validate, reference, force, quiet, attention, ...).
     Raises ConfigError (bad setting, unsupported config value, existing OUT without force) or
