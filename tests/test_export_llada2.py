@@ -176,6 +176,16 @@ class TestPackage:
         assert moe["expert_op"] == "MoE" and moe["num_experts"] == 8 and moe["experts_per_token"] == 2
         assert moe["shared_size"] == 16 * hf["num_shared_experts"]
 
+    def test_runtime_loads_it_as_a_block_causal_package(self, package):
+        """Generation waits for the block-diffusion runtime (the other half of issue 31)."""
+        import unmask
+
+        folder, _ = package
+        model = unmask.load(folder, device="cpu")
+        assert (model.manifest.architecture, model.manifest.attention_kind) == ("llada2", BLOCK_CAUSAL)
+        with pytest.raises(ConfigError, match="cache mode 'block'"):
+            model.generate("Hello", gen_length=8)
+
     def test_graph_has_one_expert_op_per_moe_layer(self, package, checkpoint):
         folder, _ = package
         hf = json.loads((checkpoint / "config.json").read_text())
