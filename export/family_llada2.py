@@ -43,13 +43,13 @@ def llada2_fields(hf: dict[str, Any]) -> dict[str, Any]:
     head_dim = hf.get("head_dim") or require(hf, "hidden_size") // heads
     experts, k = require(hf, "num_experts"), require(hf, "num_experts_per_tok")
     n_group, topk_group = hf.get("n_group") or 1, hf.get("topk_group") or 1
-    for key, value in (("num_experts", experts), ("num_experts_per_tok", k), ("n_group", n_group),
-                       ("topk_group", topk_group), ("moe_intermediate_size", require(hf, "moe_intermediate_size")),
-                       ("num_shared_experts", hf.get("num_shared_experts") or 0),
-                       ("first_k_dense_replace", hf.get("first_k_dense_replace") or 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if "shared" in key or "first" in key
-                                                                             else 1):
-            raise ConfigError(f"config.json: {key} = {value!r} must be a positive integer")
+    counts = {"num_experts": (experts, 1), "num_experts_per_tok": (k, 1), "n_group": (n_group, 1),
+              "topk_group": (topk_group, 1), "moe_intermediate_size": (require(hf, "moe_intermediate_size"), 1),
+              "num_shared_experts": (hf.get("num_shared_experts") or 0, 0),
+              "first_k_dense_replace": (hf.get("first_k_dense_replace") or 0, 0)}  # key: (value, least allowed)
+    for key, (value, least) in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ConfigError(f"config.json: {key} = {value!r} must be an integer >= {least}")
     if experts % n_group or (n_group > 1 and experts // n_group < 2):
         raise ConfigError(f"config.json: n_group = {n_group} must divide num_experts = {experts} into groups of at "
                           "least 2 experts (a group scores by the sum of its top 2)")

@@ -186,6 +186,15 @@ class TestPackage:
         with pytest.raises(ConfigError, match="cache mode 'block'"):
             model.generate("Hello", gen_length=8)
 
+    def test_info_shows_the_experts(self, package):
+        from click.testing import CliRunner
+
+        from unmask.cli import cli
+
+        out = CliRunner().invoke(cli, ["info", str(package[0])])
+        assert out.exit_code == 0, out.output
+        assert "experts        expert_op MoE, num_experts 8, experts_per_token 2" in out.output
+
     def test_graph_has_one_expert_op_per_moe_layer(self, package, checkpoint):
         folder, _ = package
         hf = json.loads((checkpoint / "config.json").read_text())
