@@ -38,6 +38,7 @@ RETIRED_KEYS = {
 }
 MEMORY_KINDS = ("host", "device")  # where the weights live: RAM, or the accelerator's own memory
 OS_NAMES = ("linux", "windows", "darwin")
+MOE_OPS = ("MoE", "QMoE")  # the com.microsoft operators export/moe.py emits for experts
 ARCH_NAMES = ("x86_64", "arm64")
 
 
@@ -84,6 +85,9 @@ class DeviceProfile:
     memory: str = "host"  # where the weights live (which free memory the size check uses)
     memory_factor: float = 1.25  # bytes needed per byte of graph files: weights + arena + activations + K/V
     device_index_option: str | None = None  # provider option that `--device NAME:N` sets (device_id)
+    # com.microsoft mixture-of-experts ops the provider runs itself (MoE: float experts, QMoE: 4/8-bit);
+    # an export for a target whose profiles lack one uses plain MatMuls (float) or refuses (quantized)
+    moe_ops: tuple[str, ...] = ()
     session: SessionSettings = field(default_factory=SessionSettings)
     package: PackageFit = field(default_factory=PackageFit)
 
@@ -201,6 +205,8 @@ def _check(p: DeviceProfile, source: str) -> None:
         one_of("package.targets", value, TARGETS)
     for value in p.os:
         one_of("os", value, OS_NAMES)
+    for value in p.moe_ops:
+        one_of("moe_ops", value, MOE_OPS)
     for value in p.arch:
         one_of("arch", value, ARCH_NAMES)
     if not p.device or not p.device.isidentifier() or p.device != p.device.lower():

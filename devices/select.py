@@ -349,9 +349,35 @@ def package_notes(profile: DeviceProfile, manifest: Manifest | None) -> list[str
             f"{precision} runs slowly on {profile.device} ({profile.name} suits {', '.join(profile.package.precisions)}); "
             f"better: `{export_command(profile)}`"
         )
+    op = moe_op(manifest)
+    if op not in (None, "dense") and op not in profile.moe_ops:
+        notes.append(f"the experts of this mixture-of-experts package are com.microsoft {op} nodes, which "
+                     f"{profile.provider} does not run ({profile.name} moe_ops: {', '.join(profile.moe_ops) or 'none'}); "
+                     f"ONNX Runtime places them on the CPU. For {profile.device}: `{export_command(profile)}`")
     for note in notes:
         logger.warning(note)
     return notes
+
+
+def moe_op(manifest: Manifest | None) -> str | None:
+    """How a mixture-of-experts package computes its experts (MoE, QMoE, dense); None: no experts."""
+    moe = manifest.provenance.get("moe") if manifest is not None else None
+    return moe.get("expert_op") if isinstance(moe, dict) else None
+
+
+def moe_line(profile: DeviceProfile, manifest: Manifest | None) -> str | None:
+    """One line saying how the package's experts run on this profile's provider, and why."""
+    op = moe_op(manifest)
+    if op is None:
+        return None
+    moe = manifest.provenance["moe"]
+    active = f"{moe.get('experts_per_token')} of {moe.get('num_experts')} experts per token"
+    listed = f"{profile.name} moe_ops: {', '.join(profile.moe_ops) or 'none'}"
+    if op == "dense":
+        return (f"experts: plain MatMuls over all experts ({active}: every expert is computed and weighted), "
+                f"because the package's target {manifest.target} has no MoE kernels ({listed})")
+    where = profile.provider if op in profile.moe_ops else "CPUExecutionProvider (fallback)"
+    return f"experts: com.microsoft {op} ({active}) on {where} ({listed})"
 
 
 def export_command(profile: DeviceProfile) -> str:
@@ -382,6 +408,9 @@ def _placement(profile, index, options, result, detection, manifest, threads, he
     if size and free is not None:
         lines.append(f"  memory: needs ~{gib(math.ceil(size * profile.memory_factor))}, {gib(free)} {where}")
     lines.append(f"  threads: {n} ({why})")
+    experts = moe_line(profile, manifest)
+    if experts is not None:
+        lines.append(f"  {experts}")
     lines += [f"  note: {note}" for note in notes]
     return Placement(
         device=profile.device,

@@ -310,8 +310,8 @@ class GraphBuilder:
 
     def _cos_sin(self, positions: str) -> tuple[str, str]:
         """cos and sin of positions (fp32, last axis 1) * inv_freq, in the activation dtype."""
-        em, hd = self.em, self.spec.head_dim
-        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
+        em, rd = self.em, self.spec.rotary_dim  # a partial RoPE's frequencies span the rotated dims only
+        inv_freq = 1.0 / (np.float32(self.spec.rope_theta) ** (np.arange(0, rd, 2, dtype=np.float32) / np.float32(rd)))
         angles = em.make_mul("rope/angles", positions, em.const(inv_freq.astype(np.float32), "float32",
                                                                 "rope.inv_freq"))
         cos, sin = em.make("Cos", "rope/Cos", [angles]), em.make("Sin", "rope/Sin", [angles])
@@ -326,24 +326,40 @@ class GraphBuilder:
         if self.config.rope != "contrib":
             return self.rope(name, em.make_reshape(f"{name}/heads", x, shape), w.cos, w.sin)
         x3 = em.make_reshape(f"{name}/bsd", x, w.shape_flat)
+        partial = self.spec.rotary_dim if self.spec.rotary_dim != self.spec.head_dim else None
         rotated = em.make("RotaryEmbedding", f"{name}/RotaryEmbedding", [x3, w.positions, w.cos, w.sin],
-                          domain="com.microsoft", interleaved=0, num_heads=heads)
+                          domain="com.microsoft", interleaved=0, num_heads=heads, rotary_embedding_dim=partial)
         return em.make_reshape(f"{name}/heads", rotated, shape)
 
     def rope(self, name: str, x: str, cos: str, sin: str) -> str:
-        """Half-split rotation of x [B, W, H, hd]: [x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin]."""
-        em, half = self.em, self.spec.head_dim // 2
-        x1, x2 = em.make_split(f"{name}/Split", x, [half, half], axis=-1)
+        """Half-split rotation of x [B, W, H, hd]: [x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin]; with a
+        partial RoPE x1, x2 split the first rotary_dim dims and the rest of the head passes through."""
+        em, half, tail = self.em, self.spec.rotary_dim // 2, self.spec.head_dim - self.spec.rotary_dim
+        x1, x2, *rest = em.make_split(f"{name}/Split", x, [half, half] + ([tail] if tail else []), axis=-1)
         r1 = em.make_sub(f"{name}/r1", em.make_mul(f"{name}/x1cos", x1, cos), em.make_mul(f"{name}/x2sin", x2, sin))
         r2 = em.make_add(f"{name}/r2", em.make_mul(f"{name}/x2cos", x2, cos), em.make_mul(f"{name}/x1sin", x1, sin))
-        return em.make_concat(f"{name}/Concat", [r1, r2], axis=-1)
+        return em.make_concat(f"{name}/Concat", [r1, r2, *rest], axis=-1)
 
     def mlp(self, i: int, x: str) -> str:
         """(silu(x Wgate^T) * (x Wup^T)) Wdown^T."""
-        em, n = self.em, self.layer_names(i)
-        gate, up = self.linears(f"layers.{i}/mlp", x, {"gate": (n.gate, None), "up": (n.up, None)})
-        silu = em.make_mul(f"layers.{i}/mlp/silu", gate, em.make_sigmoid(f"layers.{i}/mlp/Sigmoid", gate))
-        return self.linear(f"layers.{i}/mlp/down", em.make_mul(f"layers.{i}/mlp/gated", silu, up), n.down)
+        n = self.layer_names(i)
+        return self.swiglu(f"layers.{i}/mlp", x, n.gate, n.up, n.down)
+
+    def swiglu(self, name: str, x: str, gate_w: str, up_w: str, down_w: str) -> str:
+        em = self.em
+        gate, up = self.linears(name, x, {"gate": (gate_w, None), "up": (up_w, None)})
+        silu = em.make_mul(f"{name}/silu", gate, em.make_sigmoid(f"{name}/Sigmoid", gate))
+        return self.linear(f"{name}/down", em.make_mul(f"{name}/gated", silu, up), down_w)
+
+    def numpy_mlp(self, i: int, x: np.ndarray, proj: Callable[[np.ndarray, str], np.ndarray]) -> np.ndarray:
+        """The same MLP in float64 for validate.numpy_forward; proj(x, name) = x W^T."""
+        n = self.layer_names(i)
+        gate = proj(x, n.gate)
+        return proj(gate / (1 + np.exp(-gate)) * proj(x, n.up), n.down)
+
+    def provenance(self) -> dict[str, Any]:
+        """Family facts for the manifest's provenance (a mixture of experts records its layout)."""
+        return {}
 
     def attention(self, i: int, x: str, w: Window, past_k: str, past_v: str) -> str:
         """softmax(q k^T / sqrt(hd) + mask) v over past + window keys (no causal mask; the family's

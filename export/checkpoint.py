@@ -38,11 +38,15 @@ class ModelSpec:
     eot_id: int | None = None
     head_dim: int = 0  # size of one attention head; 0: hidden_size / num_heads (SDAR-4B: 128, not 2560 / 32)
     block_size: int | None = None  # block-causal attention over blocks of this many positions; None: bidirectional
+    rotary_dim: int = 0  # leading dims of each head that RoPE rotates (LLaDA2: half); 0: head_dim
+    moe: Any = None  # export.moe.MoeSpec of a mixture-of-experts family (LLaDA2); None: every MLP dense
 
     def __post_init__(self):
         if not self.head_dim and isinstance(self.hidden_size, int) and isinstance(self.num_heads, int) \
                 and self.num_heads > 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        if not self.rotary_dim:
+            object.__setattr__(self, "rotary_dim", self.head_dim)
 
     @property
     def group(self) -> int:

@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..manifest import PRECISIONS, TARGETS
 from .attention import ATTENTIONS, check_attention
 
-__all__ = ["ATTENTIONS", "PRECISIONS", "ROPES", "TARGETS", "ExportConfig", "TARGET_PRECISIONS"]
+__all__ = ["ATTENTIONS", "PRECISIONS", "ROPES", "TARGETS", "ExportConfig", "TARGET_MOE_OPS", "TARGET_PRECISIONS"]
 
 ROPES = ("auto", "contrib", "ops")
 
@@ -28,6 +28,12 @@ TARGET_PRECISIONS = {
     "dml": ("fp32", "fp16", "int4"),
     "coreml": ("fp32", "fp16"),
 }
+
+# The com.microsoft mixture-of-experts ops each target's providers run (MoE: fp32 experts, QMoE:
+# 4/8-bit experts); export/moe.py emits plain MatMuls for float experts where MoE is missing and
+# refuses quantized experts without QMoE. The device profiles say the same per provider
+# (`moe_ops`, devices/profiles/*.toml; tests/test_export_llada2.py keeps the two in step).
+TARGET_MOE_OPS = {"cpu": ("MoE", "QMoE"), "cuda": ("MoE",), "dml": (), "coreml": ()}
 
 # Rotary embedding per target when rope="auto": com.microsoft RotaryEmbedding, one kernel per q
 # and k instead of eight elementwise nodes, where ORT has it (CPU, CUDA); elsewhere the ops

@@ -1,5 +1,7 @@
 """Model families: how LLaDA, Dream and SDAR checkpoints name things. Hooks only, no math.
 
+LLaDA2 (a mixture of experts) has its own module, family_llada2.py.
+
 A family reads its config.json keys into a ModelSpec (refusing any value the shared
 graph does not implement, naming the key), says where each weight lives, and carries the
 generation defaults its package ships with.
@@ -14,6 +16,7 @@ from ..config import GenerationConfig
 from ..errors import ConfigError
 from .builder import GraphBuilder, LayerWeights
 from .checkpoint import ModelSpec, TokenizerFiles, require, require_values
+from .family_llada2 import Llada2Builder
 
 
 class LladaBuilder(GraphBuilder):
@@ -156,7 +159,7 @@ class SdarBuilder(DreamBuilder):
                                    q_norm=f"{b}.q_norm.weight", k_norm=f"{b}.k_norm.weight")
 
 
-FAMILIES: tuple[type[GraphBuilder], ...] = (LladaBuilder, DreamBuilder, SdarBuilder)
+FAMILIES: tuple[type[GraphBuilder], ...] = (LladaBuilder, DreamBuilder, SdarBuilder, Llada2Builder)
 
 
 def family_for(hf: dict[str, Any]) -> type[GraphBuilder]:

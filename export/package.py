@@ -49,7 +49,7 @@ def exporter_version() -> str:
 
 def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str = "fp32", target: str = "cpu", *,
                  config: ExportConfig | None = None, **settings) -> ExportResult:
-    """Convert the LLaDA/Dream/SDAR checkpoint folder `src` into the package folder `out`.
+    """Convert the LLaDA/Dream/SDAR/LLaDA2 checkpoint folder `src` into the package folder `out`.
 
     settings are ExportConfig fields (block_size, validate, reference, force, quiet, attention, ...).
     Raises ConfigError (bad setting, unsupported config value, existing OUT without force) or
@@ -130,6 +130,7 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
             "int8_weight_max": INT8_WEIGHT_MAX if cfg.precision == "int8" else None,
             "block_size": cfg.block_size if cfg.precision == "int4" else None,
             "accuracy_level": cfg.accuracy_level if cfg.precision == "int4" else None,
+            **builder.provenance(),
         },
     )
 

@@ -1,7 +1,7 @@
 """PyTorch reference forward for LLaDA, Dream and SDAR, written from docs/models.md (the forward pass).
 
 The independent check of every exported graph, and the model that
-the checkout's training/ folder trains. One module computes the shared math; the two
+the checkout's training/ folder trains. One module computes the shared math; the
 families differ only in their config keys and weight names, which live in the
 small `LladaModel` / `DreamModel` / `SdarModel` subclasses (SDAR adds per-head q/k
 norms, an explicit head size and block-causal attention, all switched by the config).
@@ -446,9 +446,13 @@ def dream_config(*, vocab_size: int, hidden_size: int, num_hidden_layers: int, n
 
 def family_of(hf_config: dict[str, Any]) -> type[ReferenceModel]:
     model_type = str(hf_config.get("model_type", "")).lower()
+    if model_type == "llada2_moe":  # its own module (mixture of experts), which imports this one
+        from .reference_llada2 import Llada2Model
+
+        return Llada2Model
     if model_type not in FAMILIES:
         raise ModelFormatError(
-            f"config.json: model_type {hf_config.get('model_type')!r} is not one of {', '.join(FAMILIES)}"
+            f"config.json: model_type {hf_config.get('model_type')!r} is not one of {', '.join(FAMILIES)}, llada2_moe"
         )
     return FAMILIES[model_type]
 

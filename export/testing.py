@@ -27,6 +27,7 @@ LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>", "<|start_h
                   "<|eot_id|>"]
 DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
 SDAR_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]  # Qwen3's, plus SDAR's mask
+LLADA2_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mask|>", "<|role_end|>"]  # LLaDA2.0's, ids renumbered
 
 LLADA_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
@@ -100,7 +101,7 @@ def make_tokenizer(folder: Path, family: str = "llada", vocab_size: int = 320) -
     """Train a byte-level BPE tokenizer.json with the family's special tokens; returns special -> id."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    specials = {"llada": LLADA_SPECIALS, "sdar": SDAR_SPECIALS}.get(family, DREAM_SPECIALS)
+    specials = {"llada": LLADA_SPECIALS, "sdar": SDAR_SPECIALS, "llada2": LLADA2_SPECIALS}.get(family, DREAM_SPECIALS)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -114,6 +115,10 @@ def make_tokenizer(folder: Path, family: str = "llada", vocab_size: int = 320) -
     if family == "llada":
         tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "chat_template": LLADA_CHAT_TEMPLATE,
                 "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096}
+    elif family == "llada2":
+        tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "mask_token": "<|mask|>",
+                "chat_template": SDAR_CHAT_TEMPLATE, "tokenizer_class": "PreTrainedTokenizerFast",
+                "model_max_length": 32768}
     elif family == "sdar":
         tcfg = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                 "mask_token": "<|MASK|>", "chat_template": SDAR_CHAT_TEMPLATE,
@@ -188,6 +193,35 @@ def sdar_config(*, vocab_size, hidden_size, num_hidden_layers, num_attention_hea
     }
 
 
+def llada2_config(*, vocab_size: int, hidden_size: int, num_hidden_layers: int, num_attention_heads: int,
+                  num_key_value_heads: int, head_dim: int, intermediate_size: int, moe_intermediate_size: int,
+                  num_experts: int, num_experts_per_tok: int, n_group: int, topk_group: int, mask_token_id: int,
+                  eos_token_id: int, num_shared_experts: int = 1, first_k_dense_replace: int = 1,
+                  partial_rotary_factor: float = 0.5, routed_scaling_factor: float = 2.5,
+                  rope_theta: float = 600000.0, rms_norm_eps: float = 1e-6, max_position_embeddings: int = 64,
+                  tie_word_embeddings: bool = False, **extra) -> dict:
+    """A complete llada2_moe config.json (the LLaDA2.0-mini keys) for the given dims."""
+    return {
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "auto_map": {
+            "AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"},
+        "vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads, "num_key_value_heads": num_key_value_heads,
+        "head_dim": head_dim, "intermediate_size": intermediate_size, "moe_intermediate_size": moe_intermediate_size,
+        "num_experts": num_experts, "num_experts_per_tok": num_experts_per_tok,
+        "num_shared_experts": num_shared_experts, "n_group": n_group, "topk_group": topk_group,
+        "routed_scaling_factor": routed_scaling_factor, "score_function": "sigmoid",
+        "moe_router_enable_expert_bias": True, "norm_topk_prob": True, "router_dtype": "fp32",
+        "first_k_dense_replace": first_k_dense_replace, "partial_rotary_factor": partial_rotary_factor,
+        "rope_theta": rope_theta, "rope_scaling": None, "rms_norm_eps": rms_norm_eps, "use_qk_norm": True,
+        "use_qkv_bias": False, "use_bias": False, "norm_head": False, "norm_softmax": False,
+        "tie_word_embeddings": tie_word_embeddings, "max_position_embeddings": max_position_embeddings,
+        "initializer_range": 0.02, "torch_dtype": "bfloat16", "pad_token_id": eos_token_id,
+        "eos_token_id": eos_token_id, "mask_token_id": mask_token_id, **extra,
+    }
+
+
+
 # ---------------------------------------------------------------------- weights
 
 
@@ -243,6 +277,46 @@ def sdar_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (v, d)
     return shapes
+
+
+def llada2_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a llada2_moe checkpoint: fused q/k/v, q/k norms, dense MLP in the first
+    first_k_dense_replace layers, then router (weight, expert_bias), per-expert and shared experts."""
+    d, hd, v = cfg["hidden_size"], cfg["head_dim"], cfg["vocab_size"]
+    heads, kv, f, e = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["num_experts"]
+    fe, fs = cfg["moe_intermediate_size"], cfg["moe_intermediate_size"] * cfg["num_shared_experts"]
+    shapes = {"model.word_embeddings.weight": (v, d)}
+
+    def mlp(prefix, width):
+        return {f"{prefix}.gate_proj.weight": (width, d), f"{prefix}.up_proj.weight": (width, d),
+                f"{prefix}.down_proj.weight": (d, width)}
+
+    for i in range(cfg["num_hidden_layers"]):
+        b = f"model.layers.{i}"
+        shapes |= {f"{b}.input_layernorm.weight": (d,), f"{b}.attention.query_key_value.weight": ((heads + 2 * kv) * hd, d),
+                   f"{b}.attention.query_layernorm.weight": (hd,), f"{b}.attention.key_layernorm.weight": (hd,),
+                   f"{b}.attention.dense.weight": (d, heads * hd), f"{b}.post_attention_layernorm.weight": (d,)}
+        if i < cfg["first_k_dense_replace"]:
+            shapes |= mlp(f"{b}.mlp", f)
+            continue
+        shapes |= {f"{b}.mlp.gate.weight": (e, d), f"{b}.mlp.gate.expert_bias": (e,)}
+        for x in range(e):
+            shapes |= mlp(f"{b}.mlp.experts.{x}", fe)
+        if fs:
+            shapes |= mlp(f"{b}.mlp.shared_experts", fs)
+    shapes["model.norm.weight"] = (d,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (v, d)
+    return shapes
+
+
+def llada2_weight(name: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """random_weight, with a unit-variance embedding and a small expert bias (so it moves selection)."""
+    if name.endswith("expert_bias"):
+        return (0.05 * np.random.default_rng([seed, *name.encode()]).standard_normal(shape)).astype(np.float32)
+    if name.endswith("word_embeddings.weight"):
+        return np.random.default_rng([seed, *name.encode()]).standard_normal(shape, dtype=np.float32)
+    return random_weight(name, shape, seed)
 
 
 def random_weight(name: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -333,7 +407,33 @@ def make_sdar_checkpoint(folder: str | os.PathLike, *, hidden_size: int = 32, nu
     return folder
 
 
-__all__ = ["make_llada_checkpoint", "make_dream_checkpoint", "make_sdar_checkpoint", "sdar_config",
+def make_llada2_checkpoint(folder: str | os.PathLike, *, hidden_size: int = 32, num_hidden_layers: int = 3,
+                           num_attention_heads: int = 4, num_key_value_heads: int = 2, head_dim: int = 16,
+                           intermediate_size: int = 48, moe_intermediate_size: int = 16, num_experts: int = 8,
+                           num_experts_per_tok: int = 2, n_group: int = 4, topk_group: int = 2,
+                           block_size: int | None = 4, vocab_size: int = 320, dtype: str = "float32",
+                           shards: int = 1, seed: int = 0, shapes: dict | None = None, **config_overrides) -> Path:
+    """A random llada2_moe checkpoint folder: layer 0 dense, the others 8 experts in 4 groups (2 kept),
+    2 active plus 1 shared, partial RoPE over half of each 16-dim head. `block_size` is an extra key
+    (the real config has none; the exporter defaults to 32); an override of None removes a key.
+    `shapes` replaces the tensor list (tests of missing or mis-shaped tensors)."""
+    folder = Path(folder)
+    ids = make_tokenizer(folder, "llada2", vocab_size)
+    cfg = llada2_config(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                        num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+                        head_dim=head_dim, intermediate_size=intermediate_size,
+                        moe_intermediate_size=moe_intermediate_size, num_experts=num_experts,
+                        num_experts_per_tok=num_experts_per_tok, n_group=n_group, topk_group=topk_group,
+                        mask_token_id=ids["<|mask|>"], eos_token_id=ids["<|endoftext|>"], block_size=block_size)
+    cfg |= config_overrides
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    write_weights(folder, shapes if shapes is not None else llada2_weight_shapes(cfg), dtype, seed, shards,
+                  make=lambda name, shape: llada2_weight(name, shape, seed))
+    return folder
+
+
+__all__ = ["make_llada_checkpoint", "make_llada2_checkpoint", "llada2_config", "llada2_weight_shapes", "make_dream_checkpoint", "make_sdar_checkpoint", "sdar_config",
            "sdar_weight_shapes", "make_tokenizer", "write_safetensors",
            "write_weights", "llada_config", "dream_config", "llada_weight_shapes", "dream_weight_shapes",
            "random_weight", "to_dtype_bytes"]

@@ -92,7 +92,8 @@ def numpy_forward(builder: GraphBuilder, ids: np.ndarray) -> np.ndarray:
     h = np.stack([read(embed, rows=(int(t), int(t) + 1))[0] for t in ids.reshape(-1)]).astype(np.float64)
     h = h.reshape(b, length, s.hidden_size)
     hd = s.head_dim
-    inv_freq = 1.0 / (np.float32(s.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
+    rd = s.rotary_dim  # a partial RoPE rotates the first rd dims of each head
+    inv_freq = 1.0 / (np.float32(s.rope_theta) ** (np.arange(0, rd, 2, dtype=np.float32) / np.float32(rd)))
     angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq  # fp32, as the graph
     cos, sin = np.cos(angles).astype(np.float64), np.sin(angles).astype(np.float64)
     bias = 0.0  # block-causal: key j is hidden from query i when its block comes later
@@ -107,9 +108,9 @@ def numpy_forward(builder: GraphBuilder, ids: np.ndarray) -> np.ndarray:
         return x if name is None else norm(x, name)
 
     def rope(x):  # [B, L, H, hd]
-        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        x1, x2, rest = x[..., : rd // 2], x[..., rd // 2:rd], x[..., rd:]
         c, sn = cos[None, :, None], sin[None, :, None]
-        return np.concatenate([x1 * c - x2 * sn, x2 * c + x1 * sn], -1)
+        return np.concatenate([x1 * c - x2 * sn, x2 * c + x1 * sn, rest], -1)
 
     def proj(x, name, bias=None):
         y = x @ read(name).T.astype(np.float64)
@@ -127,9 +128,7 @@ def numpy_forward(builder: GraphBuilder, ids: np.ndarray) -> np.ndarray:
         probs /= probs.sum(-1, keepdims=True)
         a = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, length, -1)
         h = h + proj(a, n.o)
-        x = norm(h, n.ff_norm)
-        gate = proj(x, n.gate)
-        h = h + proj(gate / (1 + np.exp(-gate)) * proj(x, n.up), n.down)
+        h = h + builder.numpy_mlp(i, norm(h, n.ff_norm), proj)
     x = norm(h, builder.final_norm_name())
     head = builder.head_name()
     rows = builder.tensors.info(head).shape[0]

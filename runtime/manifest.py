@@ -28,7 +28,7 @@ from .limits import MAX_JSON_BYTES, MAX_TOKEN_CHARS, MAX_TOKENIZER_BYTES, check_
 FORMAT_VERSION = 1
 MANIFEST_NAME = "unmask.json"
 
-ARCHITECTURES = ("llada", "dream", "sdar", "generic")
+ARCHITECTURES = ("llada", "dream", "sdar", "llada2", "generic")
 # The one home of the precision and target names: the exporter's ExportConfig and the device
 # profiles import these (which precisions each target can run is export.config.TARGET_PRECISIONS).
 PRECISIONS = ("fp32", "fp16", "int8", "int4")

@@ -116,6 +116,8 @@ def _text(doc: dict) -> str:
         origin = ", ".join(f"{k} {v}" for k, v in prov.items() if isinstance(v, (str, int, float)))
         if origin:
             lines.append(f"provenance     {origin}")
+        if isinstance(prov.get("moe"), dict):  # a mixture of experts: its layout and how the experts run
+            lines.append("experts        " + ", ".join(f"{k} {v}" for k, v in prov["moe"].items()))
     from ..config import GenerationConfig
 
     config = GenerationConfig.from_dict(doc["generation"])
