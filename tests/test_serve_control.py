@@ -92,14 +92,16 @@ class TestCancellation:
             assert metrics(client)["unmask_forward_passes_total"] < 32
 
 
-class TestAuth:
-    @pytest.fixture(scope="class")
-    def base(self, model):
-        with running(model, api_key="s3cret") as url:
-            yield url
+@pytest.fixture(scope="module")
+def keyed_base(model):
+    """One server that wants the key s3cret, shared by TestAuth."""
+    with running(model, api_key="s3cret") as url:
+        yield url
 
-    def test_every_route_but_health_needs_the_key(self, base):
-        with httpx.Client(base_url=base, timeout=60) as client:
+
+class TestAuth:
+    def test_every_route_but_health_needs_the_key(self, keyed_base):
+        with httpx.Client(base_url=keyed_base, timeout=60) as client:
             assert client.get("/health").status_code == 200
             for method, path in (("GET", "/v1/models"), ("GET", "/api/tags"), ("GET", "/metrics"),
                                  ("POST", "/v1/chat/completions"), ("POST", "/api/chat")):
@@ -109,10 +111,10 @@ class TestAuth:
             assert client.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
             assert client.get("/api/tags", headers={"Authorization": "bearer s3cret"}).status_code == 200
 
-    def test_openai_client(self, base, model):
+    def test_openai_client(self, keyed_base, model):
         with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(base_url=base + "/v1", api_key="wrong", max_retries=0).models.list()
-        good = openai.OpenAI(base_url=base + "/v1", api_key="s3cret", max_retries=0)
+            openai.OpenAI(base_url=keyed_base + "/v1", api_key="wrong", max_retries=0).models.list()
+        good = openai.OpenAI(base_url=keyed_base + "/v1", api_key="s3cret", max_retries=0)
         reply = good.chat.completions.create(model="default", messages=TIMER)
         assert reply.choices[0].message.content == model.generate(messages=TIMER).text
 

@@ -305,14 +305,16 @@ class TestConstrainedRun:
         assert isinstance(value["n"], int)
 
 
-class TestPlanOnAPackageWithBlocks:
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
     """A toy package whose defaults are gen_length 8 in blocks of 4 with 4 steps."""
+    from test_runtime_model import _write_toy
 
-    @pytest.fixture(scope="class")
-    def toy(self, tmp_path_factory):
-        from test_runtime_model import _write_toy
+    return unmask.load(_write_toy(tmp_path_factory.mktemp("toy") / "pkg"), device="cpu", threads=1)
 
-        return unmask.load(_write_toy(tmp_path_factory.mktemp("toy") / "pkg"), device="cpu", threads=1)
+
+class TestPlanOnAPackageWithBlocks:
+    """Serving plans on the toy package (blocks of 4)."""
 
     def run(self, toy, request):
         from unmask.serve import adapter
