@@ -1,4 +1,4 @@
-"""Bidirectional attention kernels: the same math, four ways to ask ONNX Runtime for it.
+"""Attention kernels: the same math, four ways to ask ONNX Runtime for it.
 
 Each kernel is a function of explicit inputs: an AttentionInputs (the emitter, the head
 layout and the per-graph tensors the kernels share, made once by the builder) and, per
@@ -13,6 +13,13 @@ decided once, by choose_kernel (benchmarks/bench_export.py attention measures th
     gqa          com.microsoft GroupQueryAttention, causal=0; its present (past + new) is unused.
                  ORT's CPU kernel refuses batch > 1 when W > 1 and a past is given (CFG), so
                  it is opt-in only.
+
+A family with a mask (block-causal SDAR) gets it added to the scores by every kernel: an
+additive bias [B, 1, W, P+W] in the activation dtype (0 = visible, dtype minimum = hidden),
+built once per graph by block_causal_bias + over_past and shaped for the kernel by
+kernel_mask. ONNX Runtime 1.32 CPU matched a numpy masked softmax to ~3e-7 with it for
+each of the four (MultiHeadAttention and GroupQueryAttention `attention_bias`, Attention-23
+`attn_mask`), batch broadcast included.
 """
 
 from __future__ import annotations
@@ -21,7 +28,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from onnx import helper
+
 from ..errors import ConfigError
+from .emitter import ONNX_DTYPE
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ class AttentionInputs:
     dtype: str  # activation dtype of q/k/v
     shape_flat: str  # [B, W, -1]: the 3-D [batch, window, heads*hd] layout of the contrib kernels
     lengths: tuple[str, str] | None = None  # gqa only: seqlens_k (int32 [B]) and total length (int32 scalar)
-    mask: str | None = None  # the family's attention_mask (None: fully bidirectional); see MASKED_KERNELS
+    mask: str | None = None  # additive bias from kernel_mask (None: fully bidirectional)
 
     @property
     def group(self) -> int:
@@ -65,7 +76,8 @@ def gqa(a: AttentionInputs, name, q, k, v, present_k, present_v, past_k, past_v)
     k3 = em.make_reshape(f"{name}/k_bsd", k, a.shape_flat)
     v3 = em.make_reshape(f"{name}/v_bsd", v, a.shape_flat)
     out, _, _ = em.make("GroupQueryAttention", f"{name}/GroupQueryAttention",
-                        [q3, k3, v3, past_k, past_v, seqlens, total], outputs=3, domain="com.microsoft",
+                        [q3, k3, v3, past_k, past_v, seqlens, total, *([""] * 3 + [a.mask] if a.mask else [])],
+                        outputs=3, domain="com.microsoft",
                         num_heads=a.num_heads, kv_num_heads=a.num_kv_heads, scale=a.scale, causal=0)
     return em.make_reshape(f"{name}/flatten", out, [-1, a.num_heads * a.head_dim])
 
@@ -82,7 +94,8 @@ def mha(a: AttentionInputs, name, q, k, v, present_k, present_v, past_k, past_v)
             for t, x in (("keys", keys), ("values", values))
         )
     q3 = em.make_reshape(f"{name}/q_bsd", q, a.shape_flat)  # [B, W, H*hd]
-    out = em.make("MultiHeadAttention", f"{name}/MultiHeadAttention", [q3, keys, values], domain="com.microsoft",
+    bias = ["", "", a.mask] if a.mask else []  # inputs 3 (bias) and 4 (key padding) unused, 5: attention_bias
+    out = em.make("MultiHeadAttention", f"{name}/MultiHeadAttention", [q3, keys, values, *bias], domain="com.microsoft",
                   num_heads=a.num_heads, scale=a.scale, unidirectional=0)
     return em.make_reshape(f"{name}/flatten", out, [-1, a.num_heads * a.head_dim])
 
@@ -90,7 +103,8 @@ def mha(a: AttentionInputs, name, q, k, v, present_k, present_v, past_k, past_v)
 def attention23(a: AttentionInputs, name, q, k, v, present_k, present_v, past_k, past_v):
     keys, values = _all_keys(a, name, present_k, present_v, past_k, past_v)
     qh = a.em.make_transpose(f"{name}/q_bhwd", q, [0, 2, 1, 3])
-    out = a.em.make("Attention", f"{name}/Attention", [qh, keys, values], is_causal=0, scale=a.scale)
+    out = a.em.make("Attention", f"{name}/Attention", [qh, keys, values, *([a.mask] if a.mask else [])],
+                    is_causal=0, scale=a.scale)
     return _merge_heads(a, name, out)
 
 
@@ -102,6 +116,8 @@ def plain(a: AttentionInputs, name, q, k, v, present_k, present_v, past_k, past_
     # query head h reads K/V head h // G: fold the G heads of a group into the row axis
     qg = em.make_reshape(f"{name}/q_groups", qh, [0, a.num_kv_heads, -1, a.head_dim])  # [B, Hkv, G*W, hd]
     scores = em.make_matmul(f"{name}/scores", qg, em.make_transpose(f"{name}/keys_t", keys, [0, 1, 3, 2]))
+    if a.mask:
+        scores = em.make_add(f"{name}/masked", scores, a.mask)
     probs = em.make_softmax(f"{name}/Softmax", scores, axis=-1)
     out = em.make_matmul(f"{name}/weighted", probs, values)  # [B, Hkv, G*W, hd]
     out = em.make_reshape(f"{name}/heads", out, [0, a.num_heads, -1, a.head_dim])
@@ -112,9 +128,9 @@ def plain(a: AttentionInputs, name, q, k, v, present_k, present_v, past_k, past_
 ATTENTION_KERNELS = {"gqa": gqa, "mha": mha, "attention23": attention23, "plain": plain}
 ATTENTIONS = ("auto", *ATTENTION_KERNELS)
 OPSET = {"attention23": 23}  # kernels that need a newer default-domain opset
-# Kernels that apply AttentionInputs.mask. None yet: every family so far is fully bidirectional;
-# a block-causal family adds the mask to a kernel's scores and lists the kernel here.
-MASKED_KERNELS: tuple[str, ...] = ()
+# Kernels that apply AttentionInputs.mask: all four (a new kernel that cannot is left out here,
+# and check_mask refuses it for a masked family instead of emitting an unmasked graph).
+MASKED_KERNELS: tuple[str, ...] = ("gqa", "mha", "attention23", "plain")
 
 # The `auto` decision table. GPUs: MultiHeadAttention, which has fp16 CUDA kernels and accepts
 # batch 2 with a past (CFG). DirectML and CoreML: plain ops that every EP runs (their contrib-op
@@ -154,3 +170,38 @@ def choose_kernel(attention: str, target: str, num_heads: int, num_kv_heads: int
     if target in _TARGET_KERNEL:
         return _TARGET_KERNEL[target]
     return "mha" if num_kv_heads == num_heads else "attention23"
+
+
+# ---------------------------------------------------------------------- masks
+
+
+def block_causal_bias(em, positions: str, block_size: int, dtype: str) -> str:
+    """Additive bias [B, 1, W, W] of the window over itself: the query at position i reads the key
+    at position j iff j // block_size <= i // block_size (positions are non-negative, so integer
+    Div is the floor)."""
+    blocks = em.make_div("mask/blocks", positions, em.const(block_size))  # [B, W] int64
+    visible = em.make("LessOrEqual", "mask/visible", [em.make_unsqueeze("mask/key_blocks", blocks, [1]),
+                                                     em.make_unsqueeze("mask/query_blocks", blocks, [2])])
+    hidden = float(np.finfo(dtype).min)  # exp(min - max) is 0; -inf would risk inf - inf in some kernel
+    bias = em.make("Where", "mask/bias", [visible, em.const(0.0, dtype), em.const(hidden, dtype)])  # [B, W, W]
+    return em.make_unsqueeze("mask/heads", bias, [1])
+
+
+def over_past(em, window_bias: str, past_k0: str, dtype: str) -> str:
+    """[B, 1, W, P+W]: the window's bias behind zeros for the P past keys. Every past position
+    precedes the window (docs/graph-contract.md), so its block is at or before every query's."""
+    bw = em.make_shape("mask/bw", window_bias, start=0, end=1)
+    w = em.make_shape("mask/w", window_bias, start=2, end=3)
+    p = em.make_shape("mask/p", past_k0, start=2, end=3)
+    shape = em.make_concat("mask/past_shape", [bw, em.const([1]), w, p], axis=0)
+    zeros = em.make("ConstantOfShape", "mask/past", [shape],
+                    value=helper.make_tensor("zero", ONNX_DTYPE[dtype], [1], [0.0]))
+    return em.make_concat("mask/full", [zeros, window_bias], axis=-1)
+
+
+def kernel_mask(kernel: str, em, bias: str, group: int) -> str:
+    """The [B, 1, W, P+W] bias in the layout `kernel` adds: plain folds the G query heads of a
+    K/V group into the row axis (row g*W + w), so its bias repeats the W rows G times."""
+    if kernel == "plain" and group > 1:
+        return em.make("Tile", "mask/groups", [bias, em.const([1, 1, group, 1])])
+    return bias

@@ -9,12 +9,14 @@ attention sees [B, H, W, D]. Projections that read the same input are fused (Exp
 fuse_projections): q/k/v become one [D, (H + 2 Hkv) hd] product and gate/up one [D, 2F],
 split afterwards. In int8 that quantizes each activation once instead of two or three
 times (dual cache +3% tok/s on the 58m benchmark); in fp32 it measured within noise.
-Keys are cached post-RoPE, and attention is bidirectional, so the past K/V of any
-positions can simply be concatenated with the window's.
+Keys are cached post-RoPE, and attention is bidirectional (or block-causal, where every
+past position precedes the window), so the past K/V can simply be concatenated with the
+window's.
 
 Family subclasses (families.py) override the named hooks only: config parsing, weight
-names (q/k/v biases among them), extra per-layer weight shapes, package generation
-defaults and the attention mask. GQA and weight tying come from the spec.
+names (q/k/v biases and per-head q/k norms among them), extra per-layer weight shapes,
+package generation defaults and the attention mask. GQA, an explicit head size, weight tying
+and a block-causal block size come from the spec.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 
 from ..config import GenerationConfig
 from ..errors import ModelFormatError
-from .attention import ATTENTION_KERNELS, AttentionInputs, check_mask, choose_kernel
+from .attention import (ATTENTION_KERNELS, AttentionInputs, block_causal_bias, check_mask, choose_kernel,
+                        kernel_mask, over_past)
 from .checkpoint import ModelSpec, TokenizerFiles
 from .config import ExportConfig
 from .emitter import Emitter
@@ -50,6 +53,8 @@ class LayerWeights:
     q_bias: str | None = None
     k_bias: str | None = None
     v_bias: str | None = None
+    q_norm: str | None = None  # per-head RMSNorm weights [hd] between projection and RoPE (Qwen3 layout)
+    k_norm: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,16 +108,32 @@ class GraphBuilder:
         for bias, rows in ((n.q_bias, s.num_heads), (n.k_bias, s.num_kv_heads), (n.v_bias, s.num_kv_heads)):
             if bias is not None:
                 shapes[bias] = (rows * hd,)
+        for norm in (n.q_norm, n.k_norm):
+            if norm is not None:
+                shapes[norm] = (hd,)
         return shapes
 
     def qk_norm(self, i: int, name: str, q: str, k: str) -> tuple[str, str]:
-        """Layer i's q [B*W, H*hd] and k [B*W, Hkv*hd] between projection and RoPE: where a family
-        with per-head q/k norms (the Qwen3 layout) applies them. The shared math has none."""
+        """Layer i's q [B*W, H*hd] and k [B*W, Hkv*hd] between projection and RoPE: the per-head
+        RMSNorms over hd of the Qwen3 layout, where LayerWeights names them."""
+        n, s = self.layer_names(i), self.spec
+        if n.q_norm is not None:
+            q = self.head_norm(f"{name}/q_norm", q, s.num_heads, n.q_norm)
+        if n.k_norm is not None:
+            k = self.head_norm(f"{name}/k_norm", k, s.num_kv_heads, n.k_norm)
         return q, k
 
+    def head_norm(self, name: str, x: str, heads: int, weight: str) -> str:
+        hd = self.spec.head_dim
+        per_head = self.em.make_reshape(f"{name}/heads", x, [-1, heads, hd])
+        return self.em.make_reshape(f"{name}/flatten", self.rmsnorm(name, per_head, weight), [-1, heads * hd])
+
     def attention_mask(self, positions: str) -> str | None:
-        """The mask every layer's attention applies, built from position_ids; None: bidirectional."""
-        return None
+        """Additive bias [B, 1, W, W] of the window over itself, from position_ids (activation dtype);
+        None: bidirectional. The spec's block_size makes it block-causal."""
+        if self.spec.block_size is None:
+            return None
+        return block_causal_bias(self.em, positions, self.spec.block_size, self.dtype)
 
     # ------------------------------------------------------------------ setup
     def __init__(self, spec: ModelSpec, tensors: CheckpointTensors, config: ExportConfig,
@@ -222,6 +243,8 @@ class GraphBuilder:
         cos, sin = self.rope_tables(pos) if self.config.rope == "contrib" else self.rope_angles(pos)
         mask = self.attention_mask(pos)
         check_mask(self.kernel, mask)
+        if mask is not None:  # extended over the past once; every layer adds the same bias
+            mask = kernel_mask(self.kernel, em, over_past(em, mask, past_k0, self.dtype), s.group)
         attention = AttentionInputs(em, s.num_heads, s.num_kv_heads, s.head_dim, self.dtype, shape_flat,
                                     lengths=self.gqa_lengths(ids, past_k0) if self.kernel == "gqa" else None,
                                     mask=mask)

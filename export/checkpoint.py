@@ -19,7 +19,7 @@ from ..manifest import read_json_object
 class ModelSpec:
     """The dims and constants of the math, whichever family's config keys they came from."""
 
-    architecture: str  # llada | dream
+    architecture: str  # llada | dream | sdar
     vocab_size: int  # rows of the embedding and of the LM head (logits width)
     hidden_size: int
     num_layers: int
@@ -36,10 +36,13 @@ class ModelSpec:
     pad_id: int | None = None
     bos_id: int | None = None
     eot_id: int | None = None
+    head_dim: int = 0  # size of one attention head; 0: hidden_size / num_heads (SDAR-4B: 128, not 2560 / 32)
+    block_size: int | None = None  # block-causal attention over blocks of this many positions; None: bidirectional
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def __post_init__(self):
+        if not self.head_dim and isinstance(self.hidden_size, int) and isinstance(self.num_heads, int) \
+                and self.num_heads > 0:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
 
     @property
     def group(self) -> int:
@@ -51,10 +54,16 @@ class ModelSpec:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"config.json: {key} = {value!r} must be a positive integer")
-        if self.hidden_size % self.num_heads or self.head_dim % 2:
+        if not isinstance(self.head_dim, int) or isinstance(self.head_dim, bool) or self.head_dim < 2 \
+                or self.head_dim % 2:
+            raise ConfigError(f"config.json: head_dim = {self.head_dim!r} must be a positive even integer")
+        if self.hidden_size % self.num_heads and self.head_dim == self.hidden_size // self.num_heads:  # derived
             raise ConfigError(
                 f"config.json: hidden size {self.hidden_size} / {self.num_heads} heads must give an even head_dim"
             )
+        if self.block_size is not None and (not isinstance(self.block_size, int) or isinstance(self.block_size, bool)
+                                            or self.block_size < 1):
+            raise ConfigError(f"config.json: block_size = {self.block_size!r} must be a positive integer")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"config.json: {self.num_heads} heads are not a multiple of {self.num_kv_heads} key/value heads"

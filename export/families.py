@@ -1,4 +1,4 @@
-"""Model families: how LLaDA and Dream checkpoints name things. Hooks only, no math.
+"""Model families: how LLaDA, Dream and SDAR checkpoints name things. Hooks only, no math.
 
 A family reads its config.json keys into a ModelSpec (refusing any value the shared
 graph does not implement, naming the key), says where each weight lives, and carries the
@@ -7,6 +7,7 @@ generation defaults its package ships with.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..config import GenerationConfig
@@ -80,13 +81,18 @@ class DreamBuilder(GraphBuilder):
 
     @classmethod
     def parse_config(cls, hf: dict[str, Any], tokenizer: TokenizerFiles) -> ModelSpec:
+        return ModelSpec(**cls.spec_fields(hf, tokenizer)).check()
+
+    @classmethod
+    def spec_fields(cls, hf: dict[str, Any], tokenizer: TokenizerFiles) -> dict[str, Any]:
+        """ModelSpec's fields from the Qwen2 keys (a Qwen3-layout subclass adds its own)."""
         require_values(hf, cls.SUPPORTED)
         rope = hf.get("rope_parameters") or {}
         if rope.get("rope_type", "default") != "default":
             raise ConfigError(f"config.json: rope_parameters.rope_type = {rope['rope_type']!r} is not supported "
                               "(supported: 'default')")
         heads = require(hf, "num_attention_heads")
-        return ModelSpec(
+        return dict(
             architecture=cls.architecture,
             vocab_size=require(hf, "vocab_size"),
             hidden_size=require(hf, "hidden_size"),
@@ -100,7 +106,7 @@ class DreamBuilder(GraphBuilder):
             qkv_bias=True,
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
             **special_ids(hf, tokenizer, cls.MASK_TOKEN, cls.EOT_TOKEN, cls.BOS_TOKEN),
-        ).check()
+        )
 
     def embedding_name(self):
         return "model.embed_tokens.weight"
@@ -123,7 +129,34 @@ class DreamBuilder(GraphBuilder):
         )
 
 
-FAMILIES: tuple[type[GraphBuilder], ...] = (LladaBuilder, DreamBuilder)
+class SdarBuilder(DreamBuilder):
+    """SDAR (JetAstra) block diffusion: the Qwen3 layout (Dream's names without q/k/v biases, per-head
+    q/k RMSNorm, an explicit head_dim), attention block-causal over `block_size` positions."""
+
+    architecture = "sdar"
+    model_types = ("sdar",)
+    shift_logits = False  # the logits of position p are the distribution of position p
+    generation = GenerationConfig()  # SDAR's sampler settings belong to the block cache mode
+    MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|MASK|>", "<|im_end|>", None
+    # o_proj would carry a bias too with attention_bias: the graph has none
+    SUPPORTED = {**DreamBuilder.SUPPORTED, "attention_bias": False, "mlp_bias": (False, None)}
+
+    @classmethod
+    def spec_fields(cls, hf: dict[str, Any], tokenizer: TokenizerFiles) -> dict[str, Any]:
+        if hf.get("block_size") is None:  # the official SDAR-4B-Chat config.json lacks it: say what to add
+            raise ConfigError("config.json: missing key 'block_size' (the block length the SDAR model was trained "
+                              "with, e.g. 4 for SDAR-*-Chat, 8 for SDAR-*-Chat-b8); add it to config.json")
+        return super().spec_fields(hf, tokenizer) | dict(
+            qkv_bias=False, max_sequence_length=int(hf.get("max_position_embeddings", 32768)),
+            head_dim=hf.get("head_dim") or 0, block_size=hf["block_size"])
+
+    def layer_names(self, i):
+        b = f"model.layers.{i}.self_attn"
+        return dataclasses.replace(super().layer_names(i), q_bias=None, k_bias=None, v_bias=None,
+                                   q_norm=f"{b}.q_norm.weight", k_norm=f"{b}.k_norm.weight")
+
+
+FAMILIES: tuple[type[GraphBuilder], ...] = (LladaBuilder, DreamBuilder, SdarBuilder)
 
 
 def family_for(hf: dict[str, Any]) -> type[GraphBuilder]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ModelFormatError
-from ..manifest import Dims, GraphFiles, Manifest, SpecialIds, generation_defaults, sha256_file, write_manifest
+from ..manifest import (BIDIRECTIONAL, BLOCK_CAUSAL, Dims, GraphFiles, Manifest, SpecialIds, generation_defaults,
+                        sha256_file, write_manifest)
 from .attention import OPSET
 from .builder import GraphBuilder
 from .checkpoint import read_config, read_tokenizer_files
@@ -42,7 +43,7 @@ def exporter_version() -> str:
 
 def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str = "fp32", target: str = "cpu", *,
                  config: ExportConfig | None = None, **settings) -> ExportResult:
-    """Convert the LLaDA/Dream checkpoint folder `src` into the package folder `out`.
+    """Convert the LLaDA/Dream/SDAR checkpoint folder `src` into the package folder `out`.
 
     settings are ExportConfig fields (block_size, validate, reference, force, quiet, attention, ...).
     Raises ConfigError (bad setting, unsupported config value, existing OUT without force) or
@@ -102,6 +103,8 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
         target=cfg.target,
         kv_dtype=cfg.float_dtype,
         cache_reuse=True,
+        attention_kind=BIDIRECTIONAL if s.block_size is None else BLOCK_CAUSAL,
+        block_size=s.block_size,
         graph=GraphFiles(file="model.onnx", files=hashes),
         size_bytes=sum((folder / name).stat().st_size for name in files),
         generation=generation_defaults(builder.generation),

@@ -1,12 +1,14 @@
-"""PyTorch reference forward for LLaDA and Dream, written from docs/models.md (the forward pass).
+"""PyTorch reference forward for LLaDA, Dream and SDAR, written from docs/models.md (the forward pass).
 
 The independent check of every exported graph, and the model that
-`unmask.export.training` trains. One module computes the shared math; the two
+`unmask.export.training` trains. One module computes the shared math; the
 families differ only in their config keys and weight names, which live in the
-small `LladaModel` / `DreamModel` subclasses.
+small `LladaModel` / `DreamModel` / `SdarModel` subclasses (SDAR adds per-head q/k
+norms, an explicit head size and block-causal attention, all switched by the config).
 
     model = load_reference("path/to/hf_folder")           # config.json + *.safetensors
     logits = model(ids)                                    # [B, L, V] float32
+    logits, presents = model.forward_window(ids, positions, past)  # a window after cached K/V
     model.save_pretrained("out/")                          # same HF layout back
 
 Weights are read with safetensors (never pickle) and held in float32.
@@ -14,6 +16,7 @@ Weights are read with safetensors (never pickle) and held in float32.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -46,10 +49,19 @@ class ReferenceConfig:
     rms_norm_eps: float
     qkv_bias: bool  # Dream: q/k/v projections carry a bias
     tie_embeddings: bool  # LM head reuses the embedding matrix
+    head_dim: int = 0  # 0: hidden_size // num_heads (SDAR gives its own)
+    qk_norm: bool = False  # SDAR: per-head RMSNorm of q and k over head_dim, before RoPE
+    block_size: int | None = None  # SDAR: block-causal attention over blocks of this many positions
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def __post_init__(self):
+        self.derived_head_dim = not self.head_dim
+        if self.derived_head_dim:
+            self.head_dim = self.hidden_size // self.num_heads
+
+
+def block_causal(query_positions: torch.Tensor, key_positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[B, Lq, Lk] bool: query at position i reads key at position j iff j // block_size <= i // block_size."""
+    return (key_positions[:, None, :] // block_size) <= (query_positions[:, :, None] // block_size)
 
 
 # ---------------------------------------------------------------------- the math
@@ -83,19 +95,28 @@ class Attention(nn.Module):
         self.k = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=cfg.qkv_bias)
         self.v = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=cfg.qkv_bias)
         self.o = nn.Linear(cfg.num_heads * hd, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:
+            self.q_norm, self.k_norm = nn.Parameter(torch.ones(hd)), nn.Parameter(torch.ones(hd))
 
-    def forward(self, x, cos, sin, key_mask=None):
+    def forward(self, x, cos, sin, key_mask=None, past=None):
+        """Output [B, L, D] and the window's post-RoPE (k, v) [B, Hkv, L, hd]; `past` (k, v) is read first."""
         cfg, (B, L, _) = self.cfg, x.shape
-        q = self.q(x).view(B, L, cfg.num_heads, cfg.head_dim).transpose(1, 2)
-        k = self.k(x).view(B, L, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
+        q = self.q(x).view(B, L, cfg.num_heads, cfg.head_dim)
+        k = self.k(x).view(B, L, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = rmsnorm(q, self.q_norm, cfg.rms_norm_eps), rmsnorm(k, self.k_norm, cfg.rms_norm_eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v(x).view(B, L, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
+        present = (k, v)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         group = cfg.num_heads // cfg.num_kv_heads  # GQA: query head h reads K/V head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        # softmax(q k^T / sqrt(hd)) v with NO causal mask; key_mask [B, 1, L|1, L] (hidden_states
-        # shapes it) only hides batch padding or, in packed rows, the other sequences' keys.
+        # softmax(q k^T / sqrt(hd)) v with NO causal mask; key_mask [B, 1, L|1, P+L] (hidden_states
+        # shapes it) hides batch padding, in packed rows the other sequences' keys, and (SDAR) later blocks.
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=False)
-        return self.o(a.transpose(1, 2).reshape(B, L, -1))
+        return self.o(a.transpose(1, 2).reshape(B, L, -1)), present
 
 
 class Block(nn.Module):
@@ -109,10 +130,11 @@ class Block(nn.Module):
         self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, h, cos, sin, key_mask=None):
-        h = h + self.attn(rmsnorm(h, self.attn_norm, self.eps), cos, sin, key_mask)
+    def forward(self, h, cos, sin, key_mask=None, past=None):
+        a, present = self.attn(rmsnorm(h, self.attn_norm, self.eps), cos, sin, key_mask, past)
+        h = h + a
         n = rmsnorm(h, self.ff_norm, self.eps)
-        return h + self.down(F.silu(self.gate(n)) * self.up(n))
+        return h + self.down(F.silu(self.gate(n)) * self.up(n)), present
 
 
 class ReferenceModel(nn.Module):
@@ -126,7 +148,8 @@ class ReferenceModel(nn.Module):
         super().__init__()
         self.hf_config = dict(hf_config)
         self.cfg = cfg = self.parse_config(self.hf_config)
-        if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads or cfg.head_dim % 2:
+        if (cfg.derived_head_dim and cfg.hidden_size % cfg.num_heads) or cfg.num_heads % cfg.num_kv_heads \
+                or cfg.head_dim % 2:
             raise ModelFormatError(
                 f"config.json: hidden size {cfg.hidden_size}, heads {cfg.num_heads}, KV heads "
                 f"{cfg.num_kv_heads} do not give an even head_dim shared by whole GQA groups"
@@ -156,18 +179,41 @@ class ReferenceModel(nn.Module):
 
     def hidden_states(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:
         """The final-normed hidden states [B, L, D] that the LM head reads."""
-        cfg = self.cfg
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
-        cos, sin = rope_angles(position_ids, cfg.head_dim, cfg.rope_theta)
         key_mask = None
         if attention_mask is not None:  # [B, L] keys of every query, or [B, L, L] per query: one shape for all layers
             key_mask = attention_mask.to(torch.bool)
             key_mask = key_mask[:, None, None, :] if key_mask.dim() == 2 else key_mask[:, None]
-        h = self.embed(input_ids)
-        for block in self.blocks:
-            h = block(h, cos, sin, key_mask)
-        return rmsnorm(h, self.final_norm, cfg.rms_norm_eps)
+        if self.cfg.block_size is not None:
+            blocks = block_causal(position_ids, position_ids, self.cfg.block_size)[:, None]
+            key_mask = blocks if key_mask is None else key_mask & blocks
+        return self._layers(input_ids, position_ids, key_mask)[0]
+
+    def forward_window(self, input_ids, position_ids, past=None):
+        """Logits [B, W, V] of a window after cached keys/values, and the window's presents.
+
+        past: per layer (k, v) [B, Hkv, P, hd] post-RoPE, as returned by an earlier call (None: empty).
+        Every past position precedes the window, so the past is fully visible; inside the window
+        the block-causal mask applies (SDAR) or nothing does. The graph contract, in torch."""
+        key_mask = None
+        if self.cfg.block_size is not None:
+            key_mask = block_causal(position_ids, position_ids, self.cfg.block_size)
+            if past is not None:
+                seen = torch.ones(*key_mask.shape[:2], past[0][0].shape[2], dtype=torch.bool)
+                key_mask = torch.cat([seen, key_mask], dim=-1)
+            key_mask = key_mask[:, None]
+        hidden, presents = self._layers(input_ids, position_ids, key_mask, past)
+        return self.logits(hidden), presents
+
+    def _layers(self, input_ids, position_ids, key_mask, past=None):
+        cfg = self.cfg
+        cos, sin = rope_angles(position_ids, cfg.head_dim, cfg.rope_theta)
+        h, presents = self.embed(input_ids), []
+        for i, block in enumerate(self.blocks):
+            h, present = block(h, cos, sin, key_mask, None if past is None else past[i])
+            presents.append(present)
+        return rmsnorm(h, self.final_norm, cfg.rms_norm_eps), presents
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head over hidden states [..., D] -> float32 logits [..., V] (tied: embedding^T)."""
@@ -325,7 +371,27 @@ class DreamModel(ReferenceModel):
         return names
 
 
-FAMILIES: dict[str, type[ReferenceModel]] = {"llada": LladaModel, "dream": DreamModel}
+class SdarModel(DreamModel):
+    """SDAR: Qwen3 layout (no q/k/v bias, per-head q/k norms, explicit head_dim), block-causal attention."""
+
+    model_type = "sdar"
+    shift_logits = False
+
+    @classmethod
+    def parse_config(cls, hf):
+        cfg = super().parse_config(hf)
+        return dataclasses.replace(cfg, qkv_bias=False, head_dim=hf.get("head_dim") or 0, qk_norm=True,
+                                   block_size=_required(hf, "block_size"))
+
+    def hf_names(self):
+        names = {k: v for k, v in super().hf_names().items() if not k.endswith(".bias")}
+        for i in range(self.cfg.num_layers):
+            for t in "qk":
+                names[f"blocks.{i}.attn.{t}_norm"] = f"model.layers.{i}.self_attn.{t}_norm.weight"
+        return names
+
+
+FAMILIES: dict[str, type[ReferenceModel]] = {"llada": LladaModel, "dream": DreamModel, "sdar": SdarModel}
 
 
 # ---------------------------------------------------------------------- config builders
@@ -422,7 +488,7 @@ def parameter_count(model: nn.Module) -> int:
 
 
 __all__ = [
-    "ReferenceConfig", "ReferenceModel", "LladaModel", "DreamModel", "FAMILIES",
+    "ReferenceConfig", "ReferenceModel", "LladaModel", "DreamModel", "SdarModel", "FAMILIES", "block_causal",
     "llada_config", "dream_config", "load_reference", "read_safetensors", "family_of",
     "rmsnorm", "rope", "rope_angles", "parameter_count",
 ]

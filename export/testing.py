@@ -1,6 +1,6 @@
-"""Tiny LLaDA and Dream checkpoints in the exact HF layout, for tests and benchmarks.
+"""Tiny LLaDA, Dream and SDAR checkpoints in the exact HF layout, for tests and benchmarks.
 
-    from unmask.export.testing import make_llada_checkpoint, make_dream_checkpoint
+    from unmask.export.testing import make_llada_checkpoint, make_dream_checkpoint, make_sdar_checkpoint
     folder = make_llada_checkpoint(tmp_path / "llada", dtype="bfloat16")
 
 Each folder holds config.json (the real releases' keys), model.safetensors (or shards with
@@ -26,6 +26,7 @@ from ..manifest import replacing
 LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>", "<|start_header_id|>", "<|end_header_id|>",
                   "<|eot_id|>"]
 DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
+SDAR_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]  # Qwen3's, plus SDAR's mask
 
 LLADA_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
@@ -38,6 +39,11 @@ DREAM_CHAT_TEMPLATE = (
     "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# ChatML as SDAR's Qwen3 template renders it without tools or reasoning: no default system turn.
+SDAR_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
 _CORPUS = [
@@ -94,7 +100,7 @@ def make_tokenizer(folder: Path, family: str = "llada", vocab_size: int = 320) -
     """Train a byte-level BPE tokenizer.json with the family's special tokens; returns special -> id."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    specials = LLADA_SPECIALS if family == "llada" else DREAM_SPECIALS
+    specials = {"llada": LLADA_SPECIALS, "sdar": SDAR_SPECIALS}.get(family, DREAM_SPECIALS)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -108,6 +114,10 @@ def make_tokenizer(folder: Path, family: str = "llada", vocab_size: int = 320) -
     if family == "llada":
         tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "chat_template": LLADA_CHAT_TEMPLATE,
                 "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096}
+    elif family == "sdar":
+        tcfg = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                "mask_token": "<|MASK|>", "chat_template": SDAR_CHAT_TEMPLATE,
+                "tokenizer_class": "Qwen2Tokenizer", "model_max_length": 32768}
     else:
         tcfg = {"bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
                 "mask_token": "<|mask|>", "chat_template": DREAM_CHAT_TEMPLATE,
@@ -159,6 +169,25 @@ def dream_config(*, vocab_size, hidden_size, num_hidden_layers, num_attention_he
     }
 
 
+def sdar_config(*, vocab_size, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+                intermediate_size, block_size, mask_token_id, eos_token_id, max_position_embeddings=64,
+                rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False) -> dict:
+    """SDAR's config.json keys (Qwen3 plus block_size and mask_token_id, as the fine-tuned releases add)."""
+    return {
+        "architectures": ["SDARForCausalLM"], "model_type": "sdar", "auto_map": {
+            "AutoConfig": "configuration_sdar.SDARConfig", "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"},
+        "hidden_size": hidden_size, "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads, "head_dim": head_dim, "num_hidden_layers": num_hidden_layers,
+        "intermediate_size": intermediate_size, "vocab_size": vocab_size, "hidden_act": "silu",
+        "max_position_embeddings": max_position_embeddings, "max_window_layers": num_hidden_layers,
+        "rope_theta": rope_theta, "rope_scaling": None, "rms_norm_eps": rms_norm_eps, "attention_bias": False,
+        "attention_dropout": 0.0, "use_sliding_window": False, "sliding_window": None, "use_cache": False,
+        "tie_word_embeddings": tie_word_embeddings, "torch_dtype": "bfloat16", "initializer_range": 0.02,
+        "bos_token_id": eos_token_id, "eos_token_id": eos_token_id, "block_size": block_size,
+        "mask_token_id": mask_token_id,
+    }
+
+
 # ---------------------------------------------------------------------- weights
 
 
@@ -192,6 +221,24 @@ def dream_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
                    f"{b}.self_attn.v_proj.bias": (kv,), f"{b}.self_attn.o_proj.weight": (d, d),
                    f"{b}.post_attention_layernorm.weight": (d,), f"{b}.mlp.gate_proj.weight": (f, d),
                    f"{b}.mlp.up_proj.weight": (f, d), f"{b}.mlp.down_proj.weight": (d, f)}
+    shapes["model.norm.weight"] = (d,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (v, d)
+    return shapes
+
+
+def sdar_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    d, hd, f, v = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"], cfg["vocab_size"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": (v, d)}
+    for i in range(cfg["num_hidden_layers"]):
+        b = f"model.layers.{i}"
+        shapes |= {f"{b}.input_layernorm.weight": (d,), f"{b}.self_attn.q_proj.weight": (q, d),
+                   f"{b}.self_attn.k_proj.weight": (kv, d), f"{b}.self_attn.v_proj.weight": (kv, d),
+                   f"{b}.self_attn.o_proj.weight": (d, q), f"{b}.self_attn.q_norm.weight": (hd,),
+                   f"{b}.self_attn.k_norm.weight": (hd,), f"{b}.post_attention_layernorm.weight": (d,),
+                   f"{b}.mlp.gate_proj.weight": (f, d), f"{b}.mlp.up_proj.weight": (f, d),
+                   f"{b}.mlp.down_proj.weight": (d, f)}
     shapes["model.norm.weight"] = (d,)
     if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (v, d)
@@ -264,6 +311,29 @@ def make_dream_checkpoint(folder: str | os.PathLike, *, hidden_size: int = 32, n
     return folder
 
 
-__all__ = ["make_llada_checkpoint", "make_dream_checkpoint", "make_tokenizer", "write_safetensors",
+def make_sdar_checkpoint(folder: str | os.PathLike, *, hidden_size: int = 32, num_hidden_layers: int = 2,
+                         num_attention_heads: int = 4, num_key_value_heads: int = 2, head_dim: int = 16,
+                         intermediate_size: int = 48, block_size: int = 4, vocab_size: int = 320,
+                         dtype: str = "float32", shards: int = 1, tie_word_embeddings: bool = False,
+                         max_position_embeddings: int = 64, seed: int = 0, **config_overrides) -> Path:
+    """A random SDAR checkpoint folder: Qwen3 layout (per-head q/k norms, no biases, grouped KV heads,
+    head_dim 16 where hidden / heads is 8) with block_size and mask_token_id in config.json.
+    A config override of None removes that key."""
+    folder = Path(folder)
+    ids = make_tokenizer(folder, "sdar", vocab_size)
+    cfg = sdar_config(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                      num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+                      head_dim=head_dim, intermediate_size=intermediate_size, block_size=block_size,
+                      mask_token_id=ids["<|MASK|>"], eos_token_id=ids["<|endoftext|>"],
+                      max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings)
+    cfg |= config_overrides
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}, indent=2) + "\n",
+                                        encoding="utf-8")
+    write_weights(folder, sdar_weight_shapes(cfg), dtype, seed, shards)
+    return folder
+
+
+__all__ = ["make_llada_checkpoint", "make_dream_checkpoint", "make_sdar_checkpoint", "sdar_config",
+           "sdar_weight_shapes", "make_tokenizer", "write_safetensors",
            "write_weights", "llada_config", "dream_config", "llada_weight_shapes", "dream_weight_shapes",
            "random_weight", "to_dtype_bytes"]

@@ -95,9 +95,16 @@ def numpy_forward(builder: GraphBuilder, ids: np.ndarray) -> np.ndarray:
     inv_freq = 1.0 / (np.float32(s.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))
     angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq  # fp32, as the graph
     cos, sin = np.cos(angles).astype(np.float64), np.sin(angles).astype(np.float64)
+    bias = 0.0  # block-causal: key j is hidden from query i when its block comes later
+    if s.block_size is not None:
+        blocks = np.arange(length) // s.block_size
+        bias = np.where(blocks[None, :] <= blocks[:, None], 0.0, -np.inf)
 
     def norm(x, name):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + s.rms_norm_eps) * read(name)
+
+    def head_norm(x, name):  # per-head RMSNorm over hd (Qwen3 layout), before RoPE
+        return x if name is None else norm(x, name)
 
     def rope(x):  # [B, L, H, hd]
         x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
@@ -111,11 +118,11 @@ def numpy_forward(builder: GraphBuilder, ids: np.ndarray) -> np.ndarray:
     for i in range(s.num_layers):
         n = builder.layer_names(i)
         x = norm(h, n.attn_norm)
-        q = rope(proj(x, n.q, n.q_bias).reshape(b, length, s.num_heads, hd))
-        k = rope(proj(x, n.k, n.k_bias).reshape(b, length, s.num_kv_heads, hd))
+        q = rope(head_norm(proj(x, n.q, n.q_bias).reshape(b, length, s.num_heads, hd), n.q_norm))
+        k = rope(head_norm(proj(x, n.k, n.k_bias).reshape(b, length, s.num_kv_heads, hd), n.k_norm))
         v = proj(x, n.v, n.v_bias).reshape(b, length, s.num_kv_heads, hd)
         k, v = np.repeat(k, s.group, axis=2), np.repeat(v, s.group, axis=2)
-        scores = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
+        scores = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd) + bias
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         a = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, length, -1)

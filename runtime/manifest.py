@@ -27,12 +27,18 @@ from .errors import ConfigError, ModelFormatError
 FORMAT_VERSION = 1
 MANIFEST_NAME = "unmask.json"
 
-ARCHITECTURES = ("llada", "dream", "generic")
+ARCHITECTURES = ("llada", "dream", "sdar", "generic")
 # The one home of the precision and target names: the exporter's ExportConfig and the device
 # profiles import these (which precisions each target can run is export.config.TARGET_PRECISIONS).
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 TARGETS = ("cpu", "cuda", "dml", "coreml")
 KV_DTYPES = ("float32", "float16")
+# How the graph's attention is masked (docs/graph-contract.md). bidirectional: every query reads
+# every key (LLaDA, Dream). block_causal: block-diffusion models (SDAR); the query at position i
+# reads the key at position j iff j // block_size <= i // block_size, and the manifest's
+# block_size says how many positions a block holds.
+BIDIRECTIONAL, BLOCK_CAUSAL = "bidirectional", "block_causal"
+ATTENTION_KINDS = (BIDIRECTIONAL, BLOCK_CAUSAL)
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class Manifest:
     shift_logits: bool = False  # Dream: the distribution of position i is row i-1
     kv_dtype: str = "float32"  # dtype of past_*/present_* tensors
     cache_reuse: bool = True  # False: the graph has no past inputs, run with cache "none"
+    attention_kind: str = BIDIRECTIONAL  # one of ATTENTION_KINDS
+    block_size: int | None = None  # block_causal only: positions per attention block
     size_bytes: int = 0  # total bytes of graph files (for the device RAM check)
     generation: dict[str, Any] = field(default_factory=dict)  # GenerationConfig fields that differ
     chat_template: str | None = None
@@ -235,6 +243,7 @@ def _check(m: Manifest, *, source: str) -> None:
         ("precision", m.precision, PRECISIONS),
         ("target", m.target, TARGETS),
         ("kv_dtype", m.kv_dtype, KV_DTYPES),
+        ("attention_kind", m.attention_kind, ATTENTION_KINDS),
     ):
         if value not in allowed:
             raise bad(key, value, f"expected one of {', '.join(allowed)}")
@@ -250,6 +259,10 @@ def _check(m: Manifest, *, source: str) -> None:
             continue
         if not _is_int(value) or value < 0:
             raise bad(f"special_ids.{f.name}", value, "expected a non-negative integer")
+    if m.attention_kind == BLOCK_CAUSAL and (not _is_int(m.block_size) or m.block_size < 1):
+        raise bad("block_size", m.block_size, "a block_causal package needs a positive integer block size")
+    if m.attention_kind == BIDIRECTIONAL and m.block_size is not None:
+        raise bad("block_size", m.block_size, "only block_causal packages have a block size (expected null)")
     for key in ("shift_logits", "cache_reuse"):
         if not isinstance(getattr(m, key), bool):
             raise bad(key, getattr(m, key), "expected true or false")
