@@ -103,9 +103,10 @@ class Manifest:
         return GenerationConfig.from_dict(self.generation).replace(**overrides)
 
     def model_facts(self) -> ModelFacts:
-        """What the decoder needs to know about this model (its token ids, the logit shift)."""
+        """What the decoder needs to know about this model (its token ids, the logit shift, its blocks)."""
         ids = self.special_ids
-        return ModelFacts(mask_id=ids.mask_id, eos_id=ids.eos_id, eot_id=ids.eot_id, shift_logits=self.shift_logits)
+        return ModelFacts(mask_id=ids.mask_id, eos_id=ids.eos_id, eot_id=ids.eot_id, shift_logits=self.shift_logits,
+                          block_size=self.block_size if self.attention_kind == BLOCK_CAUSAL else None)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
