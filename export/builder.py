@@ -346,7 +346,8 @@ class GraphBuilder:
         return self.linear(f"layers.{i}/mlp/down", em.make_mul(f"layers.{i}/mlp/gated", silu, up), n.down)
 
     def attention(self, i: int, x: str, w: Window, past_k: str, past_v: str) -> str:
-        """softmax(q k^T / sqrt(hd)) v over past + window keys (no causal mask); writes present_*.{i}."""
+        """softmax(q k^T / sqrt(hd) + mask) v over past + window keys (no causal mask; the family's
+        block-causal bias where it has one); writes present_*.{i}."""
         em, s, n = self.em, self.spec, self.layer_names(i)
         name = f"layers.{i}/attn"
         q, k, v = self.linears(name, x, {"q": (n.q, n.q_bias), "k": (n.k, n.k_bias), "v": (n.v, n.v_bias)})

@@ -30,7 +30,7 @@ from .chat import ChatTemplate, check_messages
 from .config import GenerationConfig, ModelFacts, check_threads
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
-from .manifest import Manifest
+from .manifest import BLOCK_CAUSAL, Manifest
 from .package import Package, open_package
 from .stats import GenerationStats, peak_rss_bytes
 from .tokenizer import Tokenizer
@@ -141,6 +141,7 @@ class Model:
         is taken as complete (package defaults are not applied), then overrides. The result
         passed back as `generate(config=...)` runs exactly as it is.
         """
+        self._check_decodable()
         if config is None:
             cfg = self.default_config
         elif isinstance(config, GenerationConfig):
@@ -157,6 +158,14 @@ class Model:
                 "(use cache='none')"
             )
         return cfg
+
+    def _check_decodable(self) -> None:
+        m = self.manifest
+        if m.attention_kind == BLOCK_CAUSAL:  # a full-window decode would run, but not the model's algorithm
+            raise ConfigError(
+                f"this {m.architecture} package is a block-diffusion model (block-causal attention, block size "
+                f"{m.block_size}); block-diffusion decoding lands with cache mode 'block', which this unmask "
+                "does not have yet")
 
     def encode_prompt(self, prompt: str | None = None, *, messages: Sequence[Mapping[str, str]] | None = None,
                       prompt_ids: Any = None) -> np.ndarray:

@@ -165,13 +165,16 @@ class TestReadCount:
         assert set(reads) == set(builder.expected_shapes())
 
 
-def test_a_mask_no_kernel_applies_is_refused(tmp_path):
-    """A block-causal family returns a mask from attention_mask; until a kernel applies it, export refuses."""
+def test_a_mask_no_kernel_applies_is_refused(tmp_path, monkeypatch):
+    """A family that returns a mask from attention_mask is refused on a kernel not listed in
+    MASKED_KERNELS (every kernel applies it today: pretend mha does not)."""
+    from unmask.export import attention
 
     class MaskedLlada(LladaBuilder):
         def attention_mask(self, positions):
             return positions
 
+    monkeypatch.setattr(attention, "MASKED_KERNELS", ("plain",))
     src = make_llada_checkpoint(tmp_path / "hf")
     plain = _builder(src)
     builder = MaskedLlada(plain.spec, plain.tensors, plain.config)

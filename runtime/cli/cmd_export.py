@@ -1,4 +1,4 @@
-"""`unmask export SRC OUT`: convert a LLaDA/Dream checkpoint folder into a model package.
+"""`unmask export SRC OUT`: convert a LLaDA/Dream/SDAR checkpoint folder into a model package.
 
 Flags map one-to-one onto ExportConfig fields; the work is `unmask.export.export_model`.
 """
@@ -35,6 +35,7 @@ def command(src, out, precision, target, block_size, attention, rope, force, no_
     Examples:
       unmask export ./LLaDA-8B-Instruct ./llada-int4 --precision int4
       unmask export ./Dream-v0-Instruct-7B ./dream-fp16 --precision fp16 --target cuda
+      unmask export ./SDAR-1.7B-Chat ./sdar-int8 --precision int8
     """
     from ..export import ExportConfig, export_model
 

@@ -55,6 +55,8 @@ def info_document(folder: Path, *, verify: bool = False) -> dict:
         "kv_dtype": manifest.kv_dtype,
         "cache_reuse": manifest.cache_reuse,
         "shift_logits": manifest.shift_logits,
+        "attention_kind": manifest.attention_kind,
+        "block_size": manifest.block_size,
         "size_bytes": manifest.size_bytes,
         "disk_bytes": _disk_bytes(folder),
         "dims": vars(manifest.dims).copy(),
@@ -80,7 +82,8 @@ def _text(doc: dict) -> str:
     prov = doc["provenance"]
     lines = [
         f"package        {doc['path']}  (format {doc['format_version']})",
-        f"architecture   {doc['architecture']}  (shift_logits {str(doc['shift_logits']).lower()})",
+        f"architecture   {doc['architecture']}  (shift_logits {str(doc['shift_logits']).lower()}, attention "
+        f"{doc['attention_kind']}" + (f" (block size {doc['block_size']}))" if doc["block_size"] else ")"),
         f"precision      {doc['precision']}, target {doc['target']}, key/value {doc['kv_dtype']}, "
         f"cache reuse {'yes' if doc['cache_reuse'] else 'no (runs with cache none)'}",
         f"size           graph {_mib(doc['size_bytes'])}, folder {_mib(doc['disk_bytes'])}"
