@@ -97,6 +97,13 @@ class GenerationConfig:
         """The threshold the core uses: SDAR's default where its rule needs one and none is set."""
         return self.threshold if self.threshold is not None else SDAR_THRESHOLDS.get(self.algorithm)
 
+    def canvas_length(self, prompt_length: int) -> int:
+        """Positions the model sees: prompt + gen_length, SDAR's rounded up to the end of a block
+        (its blocks are aligned to position 0)."""
+        total = prompt_length + self.gen_length
+        block = self.resolved_block_length
+        return -(-total // block) * block if self.uses_sdar_schedule else total
+
     def for_model(self, facts: "ModelFacts") -> "GenerationConfig":
         """A copy with what the model decides filled in: a block-causal model's block_length."""
         if facts.block_size is not None and self.block_length is None:
@@ -183,14 +190,14 @@ class GenerationConfig:
         _check_int("seed", self.seed, minimum=0)
         if self.cache is not None and self.cache not in CACHE_MODES:
             raise ConfigError(f"unknown cache mode {self.cache!r}; choose one of {', '.join(CACHE_MODES)}")
-        if self.cache == "block" and not self.uses_sdar_schedule:
-            raise ConfigError(f"cache 'block' decodes SDAR's absolute blocks; algorithm {self.algorithm!r} lays its "
-                              f"blocks out differently (use one of {', '.join(SDAR_ALGORITHMS)})")
         for name in ("logits_eos_inf", "confidence_eos_eot_inf", "early_stop"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if facts is not None:
             self._check_against(facts)
+        if self.cache == "block" and not self.uses_sdar_schedule:
+            raise ConfigError(f"cache 'block' decodes SDAR's absolute blocks; algorithm {self.algorithm!r} lays its "
+                              f"blocks out differently (use one of {', '.join(SDAR_ALGORITHMS)})")
         return self
 
     def _check_sdar(self) -> None:
