@@ -98,3 +98,37 @@ class TestRefusals:
         with pytest.raises(ConfigError, match=message) as info:
             model.generate("Hello", gen_length=8, **settings)
         assert "\n" not in str(info.value)
+
+
+class TestCommands:
+    """The CLI on an SDAR package, unchanged from the user's side."""
+
+    @pytest.fixture(scope="class")
+    def folder(self, sdar):
+        return str(sdar[1].package.folder)
+
+    def invoke(self, *args):
+        from click.testing import CliRunner
+        from unmask.cli import cli
+
+        return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+
+    def test_generate_json(self, folder):
+        import json
+
+        result = self.invoke("generate", folder, "-p", "Hello", "--gen-length", "8", "--json")
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["config"]["cache"] == "block" and doc["config"]["block_length"] == BLOCK
+
+    def test_refusal_is_one_line(self, folder, capsys):
+        from unmask.cli import main
+
+        assert main(["generate", folder, "-p", "Hello", "--gen-length", "8", "--cache", "dual"]) != 0
+        err = capsys.readouterr().err
+        assert "refreshes keys/values" in err and len(err.strip().splitlines()) == 1
+
+    def test_bench(self, folder, tmp_path):
+        result = self.invoke("bench", folder, "--gen-length", "8", "--out", str(tmp_path))
+        assert result.exit_code == 0, result.output
+        assert "block" in result.output
