@@ -130,6 +130,19 @@ class TestBlockCache:
         np.testing.assert_array_equal(runs["block"].ids, runs["none"].ids)
         np.testing.assert_array_equal(runs["block"].ids[[9, 15]], [20, 21])
 
+    def test_infill_starts_at_the_block_of_the_first_hole(self):
+        prompt = np.array([4, 5, 6, 7, 8, MASK, 10, 11, 12, 13], dtype=np.int64)  # a hole in block 1
+        cfg = GenerationConfig(gen_length=8, block_length=4, algorithm="low_confidence_static", early_stop=False)
+        runs = {}
+        for cache in ("none", "block"):
+            model = BlockCausalFake(4, vocab=V, mask_id=MASK, seed=4)
+            forward = CachedForward(model, MASK) if cache == "block" else model
+            runs[cache] = (unmask.decode(forward, prompt, cfg.replace(cache=cache), facts=facts(4), infill=True),
+                           forward)
+        np.testing.assert_array_equal(runs["block"][0].ids, runs["none"][0].ids)
+        assert (runs["block"][0].ids != MASK).all()
+        assert runs["block"][1].log[0] == ("prefill", 0, 4, 0)  # block 0 only: block 1 holds the hole
+
     def test_request_kinds_and_max_window(self):
         cfg = GenerationConfig(gen_length=8, block_length=4, algorithm="sequential", cache="block")
         d = make_decoder(cfg, facts(4), np.arange(10, dtype=np.int64) + 4)

@@ -132,3 +132,13 @@ class TestCommands:
         result = self.invoke("bench", folder, "--gen-length", "8", "--out", str(tmp_path))
         assert result.exit_code == 0, result.output
         assert "block" in result.output
+
+    def test_eval(self, folder):
+        import json
+        from pathlib import Path
+
+        spec = {"generator": "unmask.tasks", "families": ["arithmetic"], "gen_length": 8}
+        (Path(folder) / "tasks.json").write_text(json.dumps(spec))
+        result = self.invoke("eval", folder, "--limit", "2", "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)
