@@ -12,6 +12,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version as dist_version
 from pathlib import Path
 
 from ..errors import ConfigError, ModelFormatError
@@ -36,9 +37,11 @@ class ExportResult:
 
 
 def exporter_version() -> str:
-    from .. import __version__
-
-    return __version__
+    """The installed distribution's version (as `unmask.__version__`), read here so export needs no runtime module."""
+    try:
+        return dist_version("unmask")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0+unknown"
 
 
 def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str = "fp32", target: str = "cpu", *,

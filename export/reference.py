@@ -1,7 +1,7 @@
 """PyTorch reference forward for LLaDA, Dream and SDAR, written from docs/models.md (the forward pass).
 
 The independent check of every exported graph, and the model that
-`unmask.export.training` trains. One module computes the shared math; the
+the checkout's training/ folder trains. One module computes the shared math; the
 families differ only in their config keys and weight names, which live in the
 small `LladaModel` / `DreamModel` / `SdarModel` subclasses (SDAR adds per-head q/k
 norms, an explicit head size and block-causal attention, all switched by the config).

@@ -60,7 +60,7 @@ def no_tasks_message(folder: Path) -> str:
         f"in it. The embedded model can be evaluated (`unmask eval` without a package); a package exported "
         f"from a checkpoint trained on unmask.tasks can be evaluated once its folder has a {TASKS_FILE} such as "
         f'{{"generator": "{GENERATOR}", "families": ["tool_call", "arithmetic"], "gen_length": {tasks.GEN_LENGTH}}} '
-        f"(`python -m unmask.export.ship_default CHECKPOINT OUT` writes one)"
+        f"(in an unmask checkout, `python -m training.ship_default CHECKPOINT --out OUT` writes one)"
     )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -33,6 +32,7 @@ from .errors import ConfigError, ModelFormatError
 from .manifest import Manifest
 from .package import Package, open_package
 from .stats import GenerationStats, peak_rss_bytes
+from .store import resolve as resolve_model
 from .tokenizer import Tokenizer
 
 DEFAULT_MODEL = ("models", "default")  # inside the installed package: unmask/models/default/
@@ -72,20 +72,30 @@ class StreamEvent:
 # ---------------------------------------------------------------------- loading
 
 
-def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
-    """Open a model package (path=None: the embedded default model) on `device`."""
-    folder = Path(path) if path is not None else default_package_dir()
+def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None, *,
+         profile_prefix: str | os.PathLike | None = None) -> "Model":
+    """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`.
+
+    profile_prefix turns on ONNX Runtime's profiler (`unmask bench --profile`): the trace is written
+    to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
+    """
+    folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
     package = open_package(folder)
     placement = select_device(package, device, check_threads(threads))
+    options = placement.session_options()
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
     try:
-        session = placement.create_session(package.graph_path)
+        session = placement.create_session(package.graph_path, sess_options=options)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
         raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
 
 
 def default_package_dir() -> Path:
-    folder = resources.files("unmask").joinpath(*DEFAULT_MODEL)
+    # Beside this module, not importlib.resources: in an editable install (README, Development)
+    # resources.files("unmask") spans the sources and site-packages and is no single folder.
+    folder = Path(__file__).parent.joinpath(*DEFAULT_MODEL)
     if not folder.joinpath("unmask.json").is_file():
         raise ModelFormatError(
             "this unmask install has no embedded default model; export one with "

@@ -335,17 +335,46 @@ class TestBench:
         assert set(doc) >= {"model", "device", "settings", "rows", "unmask_version", "created"}
         assert doc["device"]["provider"] == "CPUExecutionProvider" and doc["device"]["threads"] == 2
         assert doc["settings"] == {"runs": 2, "warmup": 0, "prompts": 2, "statistic": "median"}
-        names = [r["name"] for r in doc["rows"]]
-        assert len(names) == 3 and doc["rows"][0]["baseline"]
+        assert [(r["name"].split()[0], r["prompt"]) for r in doc["rows"]] == [
+            ("baseline", 0), ("baseline", 1), ("cache=none", 0), ("cache=none", 1),
+            ("cache=dual", 0), ("cache=dual", 1)]
         for row in doc["rows"]:
-            assert set(row) >= {"nfe", "tokens_per_forward", "tokens_per_second", "time_to_first_block",
+            assert set(row) >= {"nfe", "tokens", "tokens_per_forward", "tokens_per_second", "time_to_first_block",
                                 "forward_seconds_per_step", "host_seconds_per_step", "peak_rss", "speedup",
-                                "nfe_reduction", "config", "steps"}
-        assert doc["rows"][0]["nfe"] == 8 and doc["rows"][1]["nfe"] == 4
-        assert doc["rows"][1]["nfe_reduction"] == 2.0
-        assert doc["rows"][1]["steps"]["tokens"] == [2, 2, 2, 2]
+                                "nfe_reduction", "config", "steps", "prompt", "prompt_text"}
+            assert row["nfe"] * row["tokens_per_forward"] == row["tokens"] == 8
+        assert doc["rows"][0]["nfe"] == 8 and doc["rows"][2]["nfe"] == 4
+        assert doc["rows"][2]["nfe_reduction"] == 2.0
+        assert doc["rows"][2]["steps"]["tokens"] == [2, 2, 2, 2]
         assert {p.name for p in out.iterdir()} >= {"bench.json", "bench.md"}
         assert json.loads((out / "bench.json").read_text())["rows"] == doc["rows"]
+
+    def test_default_run_table_on_stdout(self, scripted, tmp_path, capsys):
+        """No --threshold: the package's settings and threshold 0.9 beside the baseline, one row per prompt."""
+        code, out, err = run_main(["bench", "--runs", "1", "--warmup", "0", "--gen-length", "8",
+                                   "--out", str(tmp_path / "b")], capsys)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith("prompt 1: ") and lines[1].startswith("prompt 2: ")
+        assert lines[2].split()[:4] == ["setting", "prompt", "NFE", "tokens"]
+        settings = [line.split("  ")[0] for line in lines[3:]]
+        assert settings == ["baseline (1 token/forward) L=8"] * 2 + ["cache=dual steps=8 L=8"] * 2 + \
+            ["cache=dual threshold=0.9 L=8"] * 2
+        assert "wrote" in err and "bench.svg" in err
+
+    def test_existing_out_refused_before_any_run(self, scripted, tmp_path, capsys):
+        (tmp_path / "b").mkdir()
+        code, out, err = run_main(["bench", "--out", str(tmp_path / "b")], capsys)
+        assert code == 1 and err.strip().count("\n") == 0 and "--force" in err
+        assert scripted.calls == [] and not any((tmp_path / "b").iterdir())
+        code, out, err = run_main(["bench", "--runs", "1", "--warmup", "0", "--gen-length", "8", "--force",
+                                   "--out", str(tmp_path / "b")], capsys)
+        assert code == 0 and (tmp_path / "b" / "bench.json").is_file()
+
+    def test_unwritable_out_refused_before_any_run(self, scripted, capsys):
+        code, out, err = run_main(["bench", "--out", "/proc/nope"], capsys)
+        assert code == 1 and err.startswith("error: cannot write bench results to /proc/nope")
+        assert scripted.calls == []
 
     def test_bad_list_names_choices(self, scripted):
         result = CliRunner().invoke(cli, ["bench", "--cache", "none,fast"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import evaluate as evaluation
-from .options import check_model_path, echo_err, generation_options, open_model, pop_overrides, prepare
+from .options import check_model_path, echo_err, generation_options, open_model, pop_overrides, prepare, resolve_model
 
 EXAMPLES = """\b
 Examples:
@@ -51,6 +51,7 @@ def command(package, families, limit, as_json, answers, follow_up, loose, device
     overrides = pop_overrides(flags)
     if answers and not as_json:
         raise click.UsageError("--answers adds the predictions to the --json document; add --json")
+    package = resolve_model(package)  # a name in the model store -> its folder
     if package is not None:  # say what is missing before building a session
         check_model_path(package)
         evaluation.read_task_spec(package)

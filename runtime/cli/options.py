@@ -22,6 +22,7 @@ import click
 
 from ..config import ALGORITHMS, CACHE_MODES, SDAR_ALGORITHMS, TIMESTEP_ALGORITHMS, GenerationConfig, ModelFacts
 from ..errors import ConfigError, ModelFormatError
+from ..store import resolve as resolve_model
 
 if TYPE_CHECKING:  # unmask.model loads onnxruntime: only once a command opens a model
     from ..model import Model
@@ -270,12 +271,14 @@ def echo_err(message: str) -> None:
 # ---------------------------------------------------------------------- model + settings, once per command
 
 
-def open_model(path: str | os.PathLike | None, device: str, threads: int | None):
-    """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`)."""
+def open_model(path: str | os.PathLike | None, device: str, threads: int | None, **options: Any):
+    """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`);
+    `options` are load()'s keyword-only ones (profile_prefix)."""
+    path = resolve_model(path)  # a name in the model store -> its folder
     check_model_path(path)
     from ..model import load
 
-    return load(path, device=device, threads=threads)
+    return load(path, device=device, threads=threads, **options)
 
 
 def prepare(model: Model, overrides: Mapping[str, Any], *, verbose: bool, defaults: Mapping[str, Any] | None = None,

@@ -1,6 +1,6 @@
 """Where a package's arithmetic goes wrong: exact match by operation and operand digit counts.
 
-    python benchmarks/arith_probe.py [PKG] [--per-shape 40] [--threads 2] [settings as in unmask eval]
+    python training/arith_probe.py [PKG] [--per-shape 40] [--threads 2] [settings as in unmask eval]
 
 The held-out arithmetic family draws its terms uniformly from 0..999, so nine in ten
 are 3-digit and one overall score hides which shapes fail. This asks `--per-shape`
