@@ -129,7 +129,7 @@ class TestCommands:
         assert "refreshes keys/values" in err and len(err.strip().splitlines()) == 1
 
     def test_bench(self, folder, tmp_path):
-        result = self.invoke("bench", folder, "--gen-length", "8", "--out", str(tmp_path))
+        result = self.invoke("bench", folder, "--gen-length", "8", "--out", str(tmp_path / "bench"))
         assert result.exit_code == 0, result.output
         assert "block" in result.output
 
