@@ -13,7 +13,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..config import check_threads
 from ..errors import ConfigError, DeviceError
@@ -86,13 +86,23 @@ class Placement:
             so.add_session_config_entry(key, value)
         return so
 
-    def create_session(self, model: Any, sess_options: Any = None) -> Any:
-        """onnxruntime.InferenceSession(model) on this placement (`model`: path or serialized bytes)."""
+    def create_session(self, model: Any, sess_options: Any = None,
+                       external_data: Mapping[str, bytes] | None = None) -> Any:
+        """onnxruntime.InferenceSession(model) on this placement (`model`: path or serialized bytes).
+
+        external_data: {location: contents} of a bytes model's external-data files; ORT then reads
+        no file at all (a location missing from it fails) and copies the bytes during this call.
+        """
         import onnxruntime as ort
 
+        so = sess_options if sess_options is not None else self.session_options()
+        if external_data:
+            names = list(external_data)
+            buffers = [external_data[n] for n in names]
+            so.add_external_initializers_from_files_in_memory(names, buffers, [len(b) for b in buffers])
         return ort.InferenceSession(
             model if isinstance(model, bytes) else str(model),
-            sess_options=sess_options if sess_options is not None else self.session_options(),
+            sess_options=so,
             providers=self.provider_names,
             provider_options=self.provider_options,
         )

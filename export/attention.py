@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from onnx import helper
 
 from ..errors import ConfigError
-from .emitter import ONNX_DTYPE
 
 
 @dataclass(frozen=True)
@@ -190,6 +188,10 @@ def block_causal_bias(em, positions: str, block_size: int, dtype: str) -> str:
 def over_past(em, window_bias: str, past_k0: str, dtype: str) -> str:
     """[B, 1, W, P+W]: the window's bias behind zeros for the P past keys. Every past position
     precedes the window (docs/graph-contract.md), so its block is at or before every query's."""
+    from onnx import helper  # here, not at import: the CLI reads this module's names without onnx
+
+    from .emitter import ONNX_DTYPE
+
     bw = em.make_shape("mask/bw", window_bias, start=0, end=1)
     w = em.make_shape("mask/w", window_bias, start=2, end=3)
     p = em.make_shape("mask/p", past_k0, start=2, end=3)

@@ -30,13 +30,11 @@ def is_repo_id(src: str | os.PathLike) -> bool:
     return not Path(text).exists() and _REPO_ID.fullmatch(text) is not None and ".." not in text
 
 
-def prepare_output(out: str | os.PathLike, config: ExportConfig) -> Path:
-    """OUT as a folder (a bare name: in the model store), with the settings and OUT checked now,
-    before a download that may take minutes."""
-    from ..store import target
+def prepare_output(folder: Path, config: ExportConfig) -> Path:
+    """The settings and the OUT folder checked now, before a download that may take minutes.
+    (The CLI maps a bare OUT name to the model store first: export does not import the store.)"""
     from .package import check_output
 
-    folder = target(out)
     config.resolve()
     check_output(folder, config.force)
     return folder

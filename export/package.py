@@ -1,9 +1,11 @@
 """export_model: HF checkpoint folder -> model package (unmask.json, model.onnx [+ data], tokenizer.json).
 
 Everything is written into a hidden staging folder beside OUT and renamed into place at the
-end, so a failure (bad weight, full disk, Ctrl-C) leaves no partial package behind. All
-checks that need only headers (config values, weight names and shapes) run before the first
-byte is written.
+end, so a failure (bad weight, full disk, Ctrl-C, SIGTERM, SIGHUP) leaves no partial package
+behind; after a SIGKILL the next export beside OUT removes the dead process's staging folder.
+All checks that need only headers (config values, weight names and shapes, the tokenizer
+loading within the runtime's limits) run before the first byte is written, and OUT may
+never be the source folder or hold it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, ModelFormatError
 from ..manifest import (BIDIRECTIONAL, BLOCK_CAUSAL, Dims, GraphFiles, Manifest, SpecialIds, generation_defaults,
-                        sha256_file, write_manifest)
+                        read_tokenizer_json, sha256_file, write_manifest)
 from .attention import OPSET
 from .builder import GraphBuilder
 from .checkpoint import read_config, read_tokenizer_files
@@ -54,10 +56,11 @@ def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str 
     """
     cfg = (config or ExportConfig(precision=precision, target=target, **settings)).resolve()
     src, out = Path(src), Path(out)
-    check_output(out, cfg.force)
+    check_output(out, cfg.force, sources=(src,))
     hf = read_config(src)
     family = family_for(hf)
     tokenizer = read_tokenizer_files(src)
+    check_tokenizer(tokenizer.path)  # the package must load: refuse an unusable tokenizer before writing
     spec = family.parse_config(hf, tokenizer)
     tensors = CheckpointTensors(src)
     builder = family(spec, tensors, cfg)
@@ -112,6 +115,7 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
         size_bytes=sum((folder / name).stat().st_size for name in files),
         generation=generation_defaults(builder.generation),
         chat_template=tokenizer.chat_template,
+        tokenizer_sha256=sha256_file(folder / "tokenizer.json"),
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
         provenance={
@@ -130,9 +134,18 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
 
 # ---------------------------------------------------------------------- folders
 
+STAGING_MARK = ".unmask-staging"  # inside every staging folder: only marked folders are ever cleaned up
 
-def check_output(out: Path, force: bool) -> None:
-    if out.exists() and not force:
+
+def check_output(out: Path, force: bool, sources: tuple[Path, ...] = ()) -> None:
+    """ConfigError unless `out` may be written: absent, or a folder and `force`; never a source or above one."""
+    for src in sources:
+        target, source = out.resolve(), src.resolve()
+        if target == source or target in source.parents:
+            raise ConfigError(f"{out} is {'the source' if target == source else 'a folder holding the source'} "
+                              f"{src}; replacing it would delete the checkpoint: choose another OUT")
+    exists = out.exists() or out.is_symlink()
+    if exists and not force:
         raise ConfigError(f"{out} already exists; pass --force (force=True) to replace it")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out} exists and is not a folder")
@@ -140,17 +153,21 @@ def check_output(out: Path, force: bool) -> None:
 
 @contextmanager
 def staging(out: Path):
-    """A hidden folder beside `out`, removed on any failure (including Ctrl-C)."""
+    """A hidden folder beside `out`, removed on any failure: an exception, Ctrl-C, SIGTERM or SIGHUP.
+    SIGKILL cannot be caught: the next export beside `out` removes staging folders of dead processes."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(out.parent)
         tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
+        (tmp / STAGING_MARK).touch()
     except OSError as exc:
         raise ModelFormatError(f"cannot create a staging folder beside {out} ({exc})") from exc
     try:
-        yield tmp
+        with _signals_raise():
+            yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -158,11 +175,64 @@ def staging(out: Path):
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when publish() renamed it
 
 
+class ExportInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived during an export (a KeyboardInterrupt, so the same cleanup runs)."""
+
+
+@contextmanager
+def _signals_raise():
+    """Turn SIGTERM/SIGHUP into ExportInterrupted for the duration (main thread only: Python's rule)."""
+    import signal
+    import threading
+
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise ExportInterrupted(f"export stopped by {signal.Signals(signum).name}")
+
+    previous = {n: signal.signal(getattr(signal, n), interrupt) for n in names}
+    try:
+        yield
+    finally:
+        for n, handler in previous.items():
+            signal.signal(getattr(signal, n), handler)
+
+
+def clean_stale(folder: Path) -> list[Path]:
+    """Remove staging folders (`.NAME.partial-PID`, holding STAGING_MARK) whose process is gone."""
+    removed = []
+    for path in folder.glob(".*.partial-*"):
+        pid = path.name.rpartition("-")[2]
+        if not (pid.isdigit() and path.is_dir() and not path.is_symlink()):
+            continue
+        if (path / STAGING_MARK).is_file() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no safe liveness probe (os.kill would terminate): never remove
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
 def publish(tmp: Path, out: Path, force: bool) -> None:
-    """Rename the finished staging folder to `out` (replacing it only with force)."""
+    """Rename the finished staging folder to `out` (replacing it only with force; a symlink is replaced, not
+    followed)."""
     check_output(out, force)
+    (tmp / STAGING_MARK).unlink(missing_ok=True)  # a finished package is no longer a staging folder
     old = None
-    if out.exists():
+    if out.exists() or out.is_symlink():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         os.replace(out, old)
     try:
@@ -171,5 +241,20 @@ def publish(tmp: Path, out: Path, force: bool) -> None:
         if old is not None:
             os.replace(old, out)
         raise ModelFormatError(f"cannot move the package into {out} ({exc})") from exc
-    if old is not None:
+    if old is None:
+        return
+    if old.is_symlink():
+        old.unlink()
+    else:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def check_tokenizer(path: Path) -> None:
+    """Refuse a tokenizer.json that `unmask.load` would refuse: the same limits, then the library parses it."""
+    import tokenizers
+
+    text = read_tokenizer_json(path)
+    try:
+        tokenizers.Tokenizer.from_str(text)
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise ModelFormatError(f"cannot read tokenizer {path}: {exc}") from exc

@@ -65,6 +65,7 @@ def export_torch(module, out: str | os.PathLike, *, tokenizer: str | os.PathLike
             size_bytes=graph.stat().st_size,
             generation=generation_defaults(generation or GenerationConfig()),
             chat_template=tok.chat_template, bos_token=tok.bos_token, eos_token=tok.eos_token,
+            tokenizer_sha256=sha256_file(tmp / "tokenizer.json"),
             provenance={"exporter_version": exporter_version(), "source": f"torch module {type(module).__name__}",
                         "source_files": {"tokenizer.json": sha256_file(tok.path)}},
         )

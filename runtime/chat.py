@@ -2,9 +2,9 @@
 
 Rendering follows transformers' `apply_chat_template`: a sandboxed jinja environment
 (ImmutableSandboxedEnvironment, trim_blocks and lstrip_blocks on, the loopcontrols
-extension), variables `messages`, `add_generation_prompt`, `bos_token`, `eos_token`,
-and the helpers `raise_exception`, `strftime_now` and a `tojson` filter that does not
-HTML-escape.
+extension; here also bounded in time and size, see unmask.sandbox), variables `messages`,
+`add_generation_prompt`, `bos_token`, `eos_token`, and the helpers `raise_exception`,
+`strftime_now` and a `tojson` filter that does not HTML-escape.
 
 Encoding keeps user text out of the control channel. Before rendering, every special
 token string inside a message is swapped for a digit-only placeholder; after rendering,
@@ -22,13 +22,18 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import ConfigError, ModelFormatError
+from .sandbox import BoundedEnvironment, TemplateLimit, check_source, render
 from .tokenizer import Tokenizer
 
 ROLES = ("system", "user", "assistant")
+PROBE_CONVERSATION = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hi!"},
+    {"role": "assistant", "content": "Hello! How can I help?"},
+    {"role": "user", "content": "What is 12 + 30?"},
+]
 
 
 def _raise_exception(message: str) -> None:
@@ -45,9 +50,9 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
+def _environment() -> BoundedEnvironment:
+    env = BoundedEnvironment()
+    env.set_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -70,13 +75,26 @@ class ChatTemplate:
     """One package's chat template, compiled once."""
 
     def __init__(self, source: str, *, bos_token: str | None = None, eos_token: str | None = None):
+        env = _environment()
         try:
-            self._template = _environment().from_string(source)
-        except jinja2.exceptions.TemplateSyntaxError as exc:
+            check_source(source, env)
+            self._template = env.from_string(source)
+        except TemplateLimit as exc:
+            raise ModelFormatError(f"the package's chat template is refused: {exc}") from exc
+        except (jinja2.exceptions.TemplateSyntaxError, SyntaxError, RecursionError, MemoryError) as exc:
             raise ModelFormatError(f"the package's chat template does not compile: {exc}") from exc
         self.source = source
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
+        self._probe()
+
+    def _probe(self) -> None:
+        """Render a typical conversation once, so a template that breaks a limit is refused at load,
+        not on the first turn. A template that rejects this conversation (raise_exception) is fine."""
+        try:
+            self._render(PROBE_CONVERSATION, True)
+        except ConfigError:
+            pass
 
     def render(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> str:
         """The prompt text, exactly as transformers' apply_chat_template(tokenize=False) gives it."""
@@ -107,18 +125,19 @@ class ChatTemplate:
         return ids
 
     def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        chars = sum(len(m["role"]) + len(m["content"]) for m in messages)
         try:
-            return self._template.render(
-                messages=messages,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            )
+            return render(self._template, chars, messages=messages, add_generation_prompt=add_generation_prompt,
+                          bos_token=self.bos_token, eos_token=self.eos_token)
+        except TemplateLimit as exc:
+            raise ModelFormatError(f"the package's chat template went past a limit: {exc}") from exc
         except jinja2.exceptions.SecurityError as exc:
             raise ModelFormatError(f"the package's chat template tried an unsafe operation: {exc}") from exc
         except jinja2.exceptions.TemplateError as exc:
             # raise_exception() in the template: the conversation breaks one of its rules
             raise ConfigError(f"the chat template rejected this conversation: {exc}") from exc
+        except Exception as exc:  # the template's own bug (1 / 0, a huge int printed, ...): never a bare error
+            raise ModelFormatError(f"the package's chat template failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _neutralize(text: str, special_pattern: re.Pattern, substitutions: dict[str, str]) -> str:

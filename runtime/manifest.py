@@ -19,10 +19,11 @@ import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .config import GenerationConfig, ModelFacts
 from .errors import ConfigError, ModelFormatError
+from .limits import MAX_JSON_BYTES, MAX_TOKEN_CHARS, MAX_TOKENIZER_BYTES, check_json_depth, read_bounded
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "unmask.json"
@@ -93,6 +94,7 @@ class Manifest:
     generation: dict[str, Any] = field(default_factory=dict)  # GenerationConfig fields that differ
     chat_template: str | None = None
     tokenizer: str = "tokenizer.json"
+    tokenizer_sha256: str | None = None  # required by unmask.load; None only in packages written before it
     bos_token: str | None = None  # strings the chat template refers to
     eos_token: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -175,10 +177,14 @@ def read_manifest(package_dir: str | os.PathLike) -> Manifest:
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object stored in `path`; ModelFormatError naming the file when it is unreadable,
-    not JSON, or not an object. Callers check existence themselves (their messages differ)."""
+    not JSON, not an object, or beyond the limits of unmask.limits (size, type, nesting).
+    Callers check existence themselves (their messages differ)."""
+    limit = MAX_TOKENIZER_BYTES if path.name == "tokenizer.json" else MAX_JSON_BYTES  # a checkpoint's tokenizer
+    data = read_bounded(path, limit, "JSON file")  # no FIFO, no giant file
+    check_json_depth(data, path)  # before json.loads, which recurses once per level
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFormatError(f"{path}: not readable JSON ({exc})") from exc
     if not isinstance(raw, dict):
         raise ModelFormatError(f"{path}: expected a JSON object at the top level")
@@ -290,3 +296,48 @@ def _check(m: Manifest, *, source: str) -> None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------------- tokenizer.json
+# Checked here, beside the manifest, because the exporter must refuse a tokenizer that the
+# runtime would refuse at load, and unmask.export reads the package schema from this module only.
+
+
+def read_tokenizer_json(path: Path) -> str:
+    """The text of a tokenizer.json file, read and checked within the limits."""
+    return checked_tokenizer_json(read_bounded(path, MAX_TOKENIZER_BYTES, "tokenizer"), path)
+
+
+def checked_tokenizer_json(data: bytes, source: object) -> str:
+    """The text of tokenizer.json bytes within the limits above; ModelFormatError otherwise."""
+    check_json_depth(data, source)
+    try:
+        text = data.decode("utf-8")
+        raw = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{source}: not a readable tokenizer.json ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ModelFormatError(f"{source}: expected a JSON object at the top level of tokenizer.json")
+    longest = max((len(t) for t in _token_strings(raw)), default=0)
+    if longest > MAX_TOKEN_CHARS:
+        raise ModelFormatError(f"{source}: a token of {longest} characters is above the limit of "
+                               f"{MAX_TOKEN_CHARS}; this tokenizer.json is damaged or hostile")
+    return text
+
+
+def _token_strings(raw: dict[str, Any]) -> Iterable[str]:
+    """Every token string: added tokens, and the model's vocabulary and merges (BPE, WordPiece, Unigram)."""
+    for added in raw.get("added_tokens") or ():
+        if isinstance(added, dict) and isinstance(added.get("content"), str):
+            yield added["content"]
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        yield from (k for k in vocab if isinstance(k, str))
+    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        yield from (e[0] for e in vocab if isinstance(e, list) and e and isinstance(e[0], str))
+    for merge in model.get("merges") or ():
+        if isinstance(merge, str):  # "left right"
+            yield from merge.split(" ")
+        elif isinstance(merge, list):
+            yield from (m for m in merge if isinstance(m, str))

@@ -29,8 +29,8 @@ from .chat import ChatTemplate, check_messages
 from .config import GenerationConfig, ModelFacts, check_threads
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
-from .manifest import Manifest
-from .package import Package, open_package
+from .manifest import Manifest, read_manifest
+from .package import Package, read_package
 from .stats import GenerationStats, peak_rss_bytes
 from .store import resolve as resolve_model
 from .tokenizer import Tokenizer
@@ -80,13 +80,16 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
     to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
     """
     folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
-    package = open_package(folder)
-    placement = select_device(package, device, check_threads(threads))
+    if not folder.is_dir():
+        raise ModelFormatError(f"{folder}: not a folder (expected a model package with unmask.json)")
+    manifest = read_manifest(folder)
+    placement = select_device(manifest, device, check_threads(threads))  # refuses a model too big before reading it
+    package, graph = read_package(folder, manifest)
     options = placement.session_options()
     if profile_prefix is not None:
         options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
-    try:
-        session = placement.create_session(package.graph_path, sess_options=options)
+    try:  # the bytes that were hashed, not the paths: nothing can be swapped in between
+        session = placement.create_session(graph.model, sess_options=options, external_data=graph.external)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
         raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
@@ -104,11 +107,11 @@ def default_package_dir() -> Path:
     return Path(str(folder))
 
 
-def select_device(package: Package, device: str, threads: int | None):
+def select_device(manifest: Manifest, device: str, threads: int | None):
     """unmask.devices' Placement for this package: provider, session options, threads."""
     from .devices import select
 
-    return select(package.manifest, device, threads=threads)  # DeviceError / ConfigError
+    return select(manifest, device, threads=threads)  # DeviceError / ConfigError
 
 
 # ---------------------------------------------------------------------- the model
@@ -124,7 +127,7 @@ class Model:
         self.manifest: Manifest = package.manifest
         self.threads = threads
         self.device = device
-        self.tokenizer = Tokenizer.from_file(package.tokenizer_path)
+        self.tokenizer = Tokenizer.from_json(package.tokenizer_json, package.tokenizer_path)  # the hashed text
         m = self.manifest
         self.chat_template = (
             ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token) if m.chat_template else None

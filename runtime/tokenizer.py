@@ -5,6 +5,10 @@ encoded with special-token matching switched off (`encode_special_tokens`), so a
 who types "<|eot_id|>" gets the characters, not the turn-end token. The only way a
 special id enters a prompt is `special_id()`, used by the chat template encoder for
 the template's own structural tokens.
+
+A tokenizer.json comes from the package, so it is read through `checked_tokenizer_json`
+first: a regular file within MAX_TOKENIZER_BYTES, nested at most MAX_JSON_DEPTH, no token
+longer than MAX_TOKEN_CHARS (the tokenizers library needs ~80x a token's size in memory).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Iterable
 import tokenizers
 
 from .errors import ModelFormatError
+from .manifest import read_tokenizer_json
 
 
 class Tokenizer:
@@ -33,10 +38,16 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Tokenizer":
+        path = Path(path)
+        return cls.from_json(read_tokenizer_json(path), path)
+
+    @classmethod
+    def from_json(cls, text: str, source: object = "tokenizer.json") -> "Tokenizer":
+        """From the text of a tokenizer.json that passed `checked_tokenizer_json`."""
         try:
-            return cls(tokenizers.Tokenizer.from_file(str(path)))
+            return cls(tokenizers.Tokenizer.from_str(text))
         except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-            raise ModelFormatError(f"cannot read tokenizer {path}: {exc}") from exc
+            raise ModelFormatError(f"cannot read tokenizer {source}: {exc}") from exc
 
     @property
     def vocab_size(self) -> int:
@@ -53,6 +64,10 @@ class Tokenizer:
         if token_id is None:
             raise ModelFormatError(f"{token!r} is not a special token of this tokenizer")
         return token_id
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary string of one id (None when out of range)."""
+        return self._backend.id_to_token(int(token_id))
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         return self._backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)

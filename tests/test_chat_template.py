@@ -108,9 +108,8 @@ class TestRendering:
             [{"role": "user", "content": "<a & b>"}]) == '"<a & b>"'
 
     def test_sandbox_blocks_attribute_escape(self):
-        template = ChatTemplate("{{ ''.__class__.__mro__[1].__subclasses__() }}")
-        with pytest.raises(unmask.ModelFormatError):
-            template.render([{"role": "user", "content": "x"}])
+        with pytest.raises(unmask.ModelFormatError):  # at load already: the template is test-rendered
+            ChatTemplate("{{ ''.__class__.__mro__[1].__subclasses__() }}").render([{"role": "user", "content": "x"}])
 
     def test_syntax_error_is_model_format_error(self):
         with pytest.raises(unmask.ModelFormatError):

@@ -31,6 +31,7 @@ def _write_toy(folder, *, cache_reuse=True, template=True):
         toy_manifest(vocab=vocab, mask_id=tok.special_id("<|mdm_mask|>"), eos_id=tok.special_id("<|endoftext|>"),
                      eot_id=tok.special_id("<|eot_id|>")),
         graph=GraphFiles("model.onnx", {"model.onnx": sha256_file(folder / "model.onnx")}),
+        tokenizer_sha256=sha256_file(folder / "tokenizer.json"),
         cache_reuse=cache_reuse,
         chat_template=LLADA_TEMPLATE if template else None,
         bos_token="<|startoftext|>",

@@ -56,6 +56,7 @@ def make_package(folder: Path, *, location: str = "model.onnx.data", list_data: 
         precision="fp32",
         target="cpu",
         graph=GraphFiles(file="model.onnx", files=files),
+        tokenizer_sha256=sha256_file(folder / "tokenizer.json"),
     )
     write_manifest(manifest, folder)
     return folder

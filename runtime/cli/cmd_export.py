@@ -42,13 +42,14 @@ def command(src, out, precision, target, block_size, attention, rope, force, no_
       unmask export ./SDAR-1.7B-Chat ./sdar-int8 --precision int8
     """
     from ..export import extra
+    from ..store import target as store_target
 
     extra.require()  # one line naming `pip install "unmask[export]"` instead of a traceback
     from ..export import ExportConfig, export_model, hub
 
     config = ExportConfig(precision=precision, target=target, block_size=block_size, attention=attention, rope=rope,
                           force=force, validate=not no_validate, reference=reference, quiet=quiet)
-    out = hub.prepare_output(out, config)  # a bare name goes to the model store; checked before any download
+    out = hub.prepare_output(store_target(out), config)  # a bare name: the model store; checked before any download
     src = hub.checkpoint_folder(src)  # a Hub repo id is fetched (or found in the Hugging Face cache)
     result = export_model(src, out, config=config)
     m = result.manifest

@@ -18,14 +18,11 @@ def _special_tokens(manifest: Manifest, folder: Path) -> dict[str, dict]:
     strings: dict[int, str] = {}
     tokenizer = folder / manifest.tokenizer
     if tokenizer.is_file():
-        import tokenizers
+        from ..tokenizer import Tokenizer
 
-        try:
-            backend = tokenizers.Tokenizer.from_file(str(tokenizer))
-        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-            raise ModelFormatError(f"{tokenizer}: not a readable tokenizer ({exc})") from exc
+        tok = Tokenizer.from_file(tokenizer)  # within the package limits: no FIFO, no giant token
         ids = [getattr(manifest.special_ids, n) for n in ("mask_id", "eos_id", "eot_id", "bos_id", "pad_id")]
-        strings = {i: backend.id_to_token(i) for i in ids if i is not None}
+        strings = {i: tok.id_to_token(i) for i in ids if i is not None}
     out = {}
     for name in ("mask_id", "eos_id", "eot_id", "bos_id", "pad_id"):
         token_id = getattr(manifest.special_ids, name)
