@@ -142,3 +142,12 @@ class TestCommands:
         result = self.invoke("eval", folder, "--limit", "2", "--json")
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)
+
+
+class TestServe:
+    def test_max_tokens_rounds_to_the_package_block(self, sdar):
+        from unmask.serve.adapter import prepare
+
+        _, model = sdar
+        _, config = prepare(model, {}, prompt="Hello", max_tokens=6)
+        assert (config.gen_length, config.block_length, config.cache) == (8, BLOCK, "block")
