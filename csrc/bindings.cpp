@@ -20,16 +20,24 @@ PYBIND11_MODULE(_core, m) {
         .value("ORIGIN", Algorithm::Origin)
         .value("MASKGIT_PLUS", Algorithm::MaskgitPlus)
         .value("TOPK_MARGIN", Algorithm::TopkMargin)
-        .value("ENTROPY", Algorithm::Entropy);
+        .value("ENTROPY", Algorithm::Entropy)
+        .value("SEQUENTIAL", Algorithm::Sequential)
+        .value("LOW_CONFIDENCE_STATIC", Algorithm::LowConfidenceStatic)
+        .value("LOW_CONFIDENCE_DYNAMIC", Algorithm::LowConfidenceDynamic)
+        .value("ENTROPY_BOUNDED", Algorithm::EntropyBounded);
     py::enum_<CacheMode>(m, "CacheMode")
         .value("NONE", CacheMode::None)
         .value("PREFIX", CacheMode::Prefix)
-        .value("DUAL", CacheMode::Dual);
+        .value("DUAL", CacheMode::Dual)
+        .value("BLOCK", CacheMode::Block);
 
     py::enum_<StepKind>(m, "StepKind")
         .value("FULL", StepKind::Full)
         .value("REFRESH", StepKind::Refresh)
-        .value("WINDOW", StepKind::Window);
+        .value("WINDOW", StepKind::Window)
+        .value("PREFILL", StepKind::Prefill)
+        .value("DENOISE", StepKind::Denoise)
+        .value("STORE", StepKind::Store);
 
     py::class_<DecodeParams>(m, "DecodeParams")
         .def(py::init<>())

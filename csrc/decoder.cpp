@@ -26,6 +26,13 @@ void check_params(const DecodeParams& p) {
     if (p.confidence_eos_eot_inf && !p.eos_id && !p.eot_id)
         throw ConfigError("confidence_eos_eot_inf needs eos_id or eot_id");
     if (p.threads < 0) throw ConfigError("threads must be >= 0");
+    const bool sdar = schedule_of(p.algorithm) == Schedule::Sdar;
+    if (sdar && p.steps / blocks > p.block_length)
+        throw ConfigError("SDAR's schedule needs steps per block <= block_length");
+    if ((p.algorithm == Algorithm::LowConfidenceDynamic || p.algorithm == Algorithm::EntropyBounded) && !p.threshold)
+        throw ConfigError("low_confidence_dynamic and entropy_bounded need a threshold");
+    if (sdar && p.factor) throw ConfigError("factor does not apply to SDAR's algorithms");
+    if (p.cache == CacheMode::Block && !sdar) throw ConfigError("cache block needs an SDAR algorithm (block layout)");
 }
 
 }  // namespace
@@ -64,13 +71,38 @@ Decoder::Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const 
 
     const int64_t bl = params_.block_length, nblocks = gen / bl;
     steps_per_block_ = params_.steps / nblocks;
-    for (int64_t b = 0; b < nblocks; ++b) {
-        const int64_t gs = prompt_length_ + b * bl;
-        blocks_.push_back({b == 0 ? first_hole : gs, gs + bl, gs, gs + bl});
+    if (schedule_of(params_.algorithm) == Schedule::Sdar) {
+        lay_out_sdar(first_hole);
+    } else {
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const int64_t gs = prompt_length_ + b * bl;
+            blocks_.push_back({b == 0 ? first_hole : gs, gs + bl, gs, gs + bl});
+        }
     }
     if (schedule_of(params_.algorithm) == Schedule::Timestep)
         timesteps_ = dream_timesteps(steps_per_block_, params_.eps);
     settle(nullptr);
+}
+
+// SDAR: block k covers absolute positions [k B, (k + 1) B); the canvas grows to the end of the
+// block holding position P + gen_length - 1, and the first decoded block is the one holding the
+// first hole (the prompt's tail rides along in it). Every block before is prefilled.
+void Decoder::lay_out_sdar(int64_t first_hole) {
+    const int64_t bl = params_.block_length;
+    const int64_t total = (length() + bl - 1) / bl * bl;
+    x_.resize(static_cast<size_t>(total), params_.mask_id);
+    hole_.resize(x_.size(), 1);
+    for (int64_t start = first_hole / bl * bl; start < total; start += bl) {
+        const int64_t gs = std::min(std::max(prompt_length_, start), start + bl);
+        blocks_.push_back({start, start + bl, gs, start + bl});
+    }
+    if (params_.cache == CacheMode::Block && blocks_.front().start > 0) pending_ = StepKind::Prefill;
+}
+
+bool Decoder::stops(int64_t token) const {
+    if (params_.eos_id && token == *params_.eos_id) return true;
+    // SDAR stops on every id of its stop list: <|endoftext|> and <|im_end|>
+    return schedule_of(params_.algorithm) == Schedule::Sdar && params_.eot_id && token == *params_.eot_id;
 }
 
 std::vector<int64_t> Decoder::masked_in_block() const {
@@ -88,7 +120,7 @@ void Decoder::finish_block(StepEvent* event) {
     // unless the caller pinned tokens further on (then the generation is not over).
     bool stop = false;
     if (params_.early_stop && params_.eos_id && last_pinned_ < b.gen_end && block_ + 1 < (int64_t)blocks_.size())
-        for (int64_t p = b.gen_start; p < b.gen_end && !stop; ++p) stop = x_[static_cast<size_t>(p)] == *params_.eos_id;
+        for (int64_t p = b.gen_start; p < b.gen_end && !stop; ++p) stop = stops(x_[static_cast<size_t>(p)]);
     if (stop) {
         for (int64_t p = b.gen_end; p < length(); ++p) {
             if (x_[static_cast<size_t>(p)] != params_.mask_id) continue;
@@ -100,6 +132,12 @@ void Decoder::finish_block(StepEvent* event) {
             }
         }
         done_ = true;
+    }
+    // The exact cache keeps a finished block's keys/values computed from its final tokens;
+    // the last block (or one that ends the generation) needs none.
+    if (!done_ && params_.cache == CacheMode::Block && block_ + 1 < static_cast<int64_t>(blocks_.size())) {
+        pending_ = StepKind::Store;
+        pending_block_ = block_;
     }
     ++block_;
     step_ = 0;
@@ -116,6 +154,11 @@ void Decoder::settle(StepEvent* event) {
         if (block_ >= static_cast<int64_t>(blocks_.size())) {
             done_ = true;
             break;
+        }
+        if (pending_ != StepKind::Full) {  // prefill or store: a pass that scores nothing
+            targets_.clear();
+            build_request();
+            return;
         }
         std::vector<int64_t> masked = masked_in_block();
         if (masked.empty()) {
@@ -138,14 +181,18 @@ void Decoder::settle(StepEvent* event) {
 }
 
 StepKind Decoder::step_kind() const {
+    if (pending_ != StepKind::Full) return pending_;
     if (params_.cache == CacheMode::None) return StepKind::Full;
+    if (params_.cache == CacheMode::Block) return StepKind::Denoise;
     return forwards_in_block_ == 0 ? StepKind::Refresh : StepKind::Window;
 }
 
 // The one home of the window rule. A window step recomputes [block start - shift, end): end is
 // the sequence end (prefix) or the block end (dual), and the shift keeps the row that predicts
 // the block's first position (shift_logits) inside the window; it attends to the cache of every
-// position outside. Full and refresh passes cover the whole sequence.
+// position outside. Full and refresh passes cover the whole sequence. Under cache `block` every
+// window is one absolute block (prefill: every block before the first decoded one) and its
+// past is exactly the blocks before it, each stored once from its final tokens.
 Request Decoder::plan(StepKind kind, const Block& b) const {
     Request r;
     r.kind = kind;
@@ -161,12 +208,24 @@ Request Decoder::plan(StepKind kind, const Block& b) const {
             if (params_.cache == CacheMode::Dual) r.window_end = b.end;
             r.past_length = length() - (r.window_end - r.window_start);
             break;
+        case StepKind::Prefill:
+            r.window_end = b.start;  // b: the first decoded block
+            r.stores_cache = true;
+            break;
+        case StepKind::Store:
+        case StepKind::Denoise:
+            r.window_start = r.past_length = b.start;
+            r.window_end = b.end;
+            r.stores_cache = kind == StepKind::Store;
+            break;
     }
     return r;
 }
 
 void Decoder::build_request() {
-    Request r = plan(step_kind(), blocks_[static_cast<size_t>(block_)]);
+    const StepKind kind = step_kind();
+    const size_t b = static_cast<size_t>(kind == StepKind::Store ? pending_block_ : block_);
+    Request r = plan(kind, blocks_[b]);
     r.batch = batch();
     r.block = block_;
     r.step = static_cast<int64_t>(global_step());
@@ -177,9 +236,10 @@ void Decoder::build_request() {
 
 int64_t Decoder::max_window() const {
     if (params_.cache == CacheMode::None) return length();
-    int64_t widest = 0;
+    const bool block = params_.cache == CacheMode::Block;
+    int64_t widest = block ? blocks_.front().start : 0;  // the prefill
     for (const Block& b : blocks_) {
-        const Request r = plan(StepKind::Window, b);
+        const Request r = plan(block ? StepKind::Denoise : StepKind::Window, b);
         widest = std::max(widest, r.window_end - r.window_start);
     }
     return widest;
@@ -230,6 +290,13 @@ StepEvent Decoder::advance(const LogitsView& logits, LogitsLayout layout) {
     StepEvent ev;
     ev.block = block_;
     ev.step = static_cast<int64_t>(global_step());
+    if (pending_ != StepKind::Full) {  // a prefill or store pass: nothing to score
+        pending_ = StepKind::Full;
+        settle(&ev);
+        ev.done = done_;
+        ev.final_end = final_end();
+        return ev;
+    }
     for (size_t k : choose_commits(params_, scores, targets_, context())) {
         const int64_t p = targets_[k];
         x_[static_cast<size_t>(p)] = scores[k].token;

@@ -18,6 +18,10 @@ enum class StepKind {
     Full,     // no cache: the whole sequence, nothing kept
     Refresh,  // a block's first cached pass: the whole sequence, its presents become the cache
     Window,   // a later step of the block: the window against the cached past, presents dropped
+    // cache `block` (block-causal models, exact):
+    Prefill,  // the complete prompt blocks once, stored; no logits
+    Denoise,  // a step of the block: the block against the cache of every block before it
+    Store,    // the finished block with its final tokens against the same past, stored; no logits
 };
 
 // What the next forward pass must compute.
@@ -26,6 +30,7 @@ struct Request {
     int64_t window_start = 0, window_end = 0;  // absolute positions [start, end) recomputed
     int64_t past_length = 0;    // cached positions attended to: the first past_length outside the window, in order
     bool stores_cache = false;  // the window's presents become the cache at [window_start, window_end)
+                                // (prefill and store: a slice of the cache; refresh: all of it)
     std::vector<int64_t> logits_index;  // window rows whose logits are needed (shift applied)
     int64_t batch = 1;                  // 2 with classifier-free guidance (row 1 = prompt masked)
     int64_t block = 0, step = 0;        // step: global schedule step
@@ -57,7 +62,7 @@ public:
     const DecodeParams& params() const { return params_; }
     int64_t batch() const { return params_.cfg_scale > 0 ? 2 : 1; }  // rows of every request
     std::vector<int64_t> block_ends() const;  // absolute end of each block's generation region
-    int64_t max_window() const;  // widest window of a step that does not store its presents
+    int64_t max_window() const;  // widest window of a step other than a whole-sequence refresh
 
     const Request& next_request() const;
     std::vector<int64_t> input_ids() const;  // [batch, window] row-major
@@ -79,6 +84,8 @@ private:
     void settle(StepEvent* event);  // skip steps that commit nothing, finish blocks, build the request
     void finish_block(StepEvent* event);
     void build_request();
+    void lay_out_sdar(int64_t first_hole);  // blocks aligned to absolute position 0, canvas padded to a block
+    bool stops(int64_t token) const;        // early stop's trigger: EOS (SDAR: EOS or EoT)
 
     DecodeParams params_;
     CounterRng rng_;
@@ -90,6 +97,8 @@ private:
     int64_t prompt_length_ = 0, steps_per_block_ = 1, last_pinned_ = -1;
     int64_t block_ = 0, step_ = 0, block_masks_ = 0, forwards_in_block_ = 0;
     bool entered_block_ = false, done_ = false;
+    StepKind pending_ = StepKind::Full;  // Prefill or Store: a pass that scores nothing runs next
+    int64_t pending_block_ = -1;         // the block a Store pass stores
     std::vector<int64_t> targets_;  // positions the current request scores
     Request request_;
 };

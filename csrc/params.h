@@ -6,14 +6,35 @@
 
 namespace unmask {
 
-// Which positions to commit. The first two follow LLaDA's block schedule,
-// the other four Dream's timestep schedule (docs/models.md, sampler rules).
-enum class Algorithm { LowConfidence, Random, Origin, MaskgitPlus, TopkMargin, Entropy };
-enum class Schedule { Block, Timestep };
-enum class CacheMode { None, Prefix, Dual };
+// Which positions to commit. The first two follow LLaDA's block schedule, the next four
+// Dream's timestep schedule, the last four SDAR's block-diffusion schedule (docs/models.md,
+// sampler rules).
+enum class Algorithm {
+    LowConfidence, Random,
+    Origin, MaskgitPlus, TopkMargin, Entropy,
+    Sequential, LowConfidenceStatic, LowConfidenceDynamic, EntropyBounded,
+};
+// Block: LLaDA's blocks laid from the prompt end, count from the masks at block start.
+// Timestep: Dream's. Sdar: blocks aligned to absolute position 0 (the first holds the prompt's
+// tail), count from the block length.
+enum class Schedule { Block, Timestep, Sdar };
+// Block: exact cache of block-causal models: prefill the complete prompt blocks once, store
+// each finished block once, never refresh.
+enum class CacheMode { None, Prefix, Dual, Block };
 
 inline Schedule schedule_of(Algorithm a) {
-    return (a == Algorithm::LowConfidence || a == Algorithm::Random) ? Schedule::Block : Schedule::Timestep;
+    switch (a) {
+        case Algorithm::LowConfidence:
+        case Algorithm::Random:
+            return Schedule::Block;
+        case Algorithm::Sequential:
+        case Algorithm::LowConfidenceStatic:
+        case Algorithm::LowConfidenceDynamic:
+        case Algorithm::EntropyBounded:
+            return Schedule::Sdar;
+        default:
+            return Schedule::Timestep;
+    }
 }
 
 struct DecodeParams {
@@ -21,7 +42,8 @@ struct DecodeParams {
     int64_t steps = 128;                  // forward-pass budget over the whole generation
     int64_t block_length = 128;           // semi-autoregressive block (gen_length = one block)
     Algorithm algorithm = Algorithm::LowConfidence;
-    std::optional<double> threshold;      // Fast-dLLM: commit every confidence >= threshold
+    std::optional<double> threshold;      // Fast-dLLM: commit every confidence >= threshold; SDAR dynamic:
+                                          // every confidence > threshold; SDAR entropy_bounded: the entropy budget
     std::optional<double> factor;         // Fast-dLLM: commit rank n while conf >= 1 - factor/(n+1)
     double temperature = 0.0;             // 0 = argmax
     std::optional<int64_t> top_k;         // Dream token filter
@@ -31,7 +53,7 @@ struct DecodeParams {
     double cfg_scale = 0.0;               // classifier-free guidance; > 0 doubles the batch
     bool logits_eos_inf = false;          // forbid EOS as a token
     bool confidence_eos_eot_inf = false;  // LLaDA: EOS/EoT never win a position (reference quirk kept)
-    bool early_stop = true;               // stop once a finished block holds EOS
+    bool early_stop = true;               // stop once a finished block holds EOS (SDAR: or EoT)
     uint64_t seed = 0;                    // counter-based RNG key: same seed, same tokens, any thread count
     CacheMode cache = CacheMode::None;    // key/value reuse policy of next_request()
     int64_t mask_id = -1;                 // required

@@ -61,6 +61,26 @@ int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_
     return std::min(masked, std::max(n, int64_t{1}));
 }
 
+int64_t sdar_transfer_count(const DecodeParams& p, const std::vector<double>& c, int64_t step, int64_t steps) {
+    const auto masked = static_cast<int64_t>(c.size());
+    const int64_t n = std::min(masked, block_transfer_count(p.block_length, steps, step));
+    switch (p.algorithm) {
+        case Algorithm::LowConfidenceDynamic: {
+            int64_t high = 0;  // strict >, as the reference
+            while (high < masked && c[static_cast<size_t>(high)] > *p.threshold) ++high;
+            return high >= n ? high : n;
+        }
+        case Algorithm::EntropyBounded: {
+            int64_t budget = 0;  // searchsorted(cumsum(entropy ascending), bound, right=False)
+            double sum = 0.0;
+            while (budget < masked && (sum += -c[static_cast<size_t>(budget)]) < *p.threshold) ++budget;
+            return std::min(masked, std::max({n, budget, int64_t{1}}));
+        }
+        default:
+            return n;
+    }
+}
+
 std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowScore>& scores,
                                  const std::vector<int64_t>& positions, const CounterRng& rng, uint64_t global_step) {
     std::vector<double> key(scores.size());
@@ -81,7 +101,7 @@ std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowSco
 }
 
 std::vector<int64_t> step_targets(const DecodeParams& p, std::vector<int64_t> masked, const StepContext& s) {
-    if (schedule_of(p.algorithm) == Schedule::Block) return masked;
+    if (schedule_of(p.algorithm) != Schedule::Timestep) return masked;
     if (p.algorithm == Algorithm::Origin) {
         std::vector<int64_t> revealed;
         for (int64_t position : masked)
@@ -105,8 +125,12 @@ std::vector<size_t> choose_commits(const DecodeParams& p, const std::vector<RowS
     for (size_t k = 0; k < scores.size(); ++k) sorted[k] = scores[k].confidence;
     std::sort(sorted.begin(), sorted.end(), [](double a, double b) { return a > b; });
     const auto count = static_cast<int64_t>(scores.size());
-    const int64_t n = transfer_count(p, sorted, s.block_masks, count, s.timesteps, s.step, s.steps);
-    const std::vector<size_t> order = commit_order(p, scores, targets, s.rng, s.global_step);
+    const bool sdar = schedule_of(p.algorithm) == Schedule::Sdar;
+    const int64_t n = sdar ? sdar_transfer_count(p, sorted, s.step, s.steps)
+                           : transfer_count(p, sorted, s.block_masks, count, s.timesteps, s.step, s.steps);
+    std::vector<size_t> order(scores.size());
+    std::iota(order.begin(), order.end(), size_t{0});  // `sequential`: left to right (targets ascend)
+    if (p.algorithm != Algorithm::Sequential) order = commit_order(p, scores, targets, s.rng, s.global_step);
     chosen.assign(order.begin(), order.begin() + n);
     std::sort(chosen.begin(), chosen.end());
     return chosen;

@@ -39,6 +39,13 @@ int64_t factor_count(const std::vector<double>& sorted_confidence, double factor
 int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_confidence, int64_t block_masks,
                        int64_t masked, const std::vector<float>& timesteps, int64_t step, int64_t steps);
 
+// SDAR's count (the reference's select_transfer): the step's scheduled count n from the block
+// length, clamped to the masked positions; `low_confidence_dynamic` raises it to the positions
+// with confidence > threshold, `entropy_bounded` to the longest ascending-entropy prefix whose
+// running sum stays below the budget (confidences there are sum p log p = minus the entropy).
+int64_t sdar_transfer_count(const DecodeParams& p, const std::vector<double>& sorted_confidence, int64_t step,
+                            int64_t steps);
+
 // Candidate order for committing: confidence descending, ties lowest position; with Dream's
 // alg_temp > 0 a Gumbel-top-k draw (= sampling without replacement from softmax(conf / alg_temp)).
 std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowScore>& scores,

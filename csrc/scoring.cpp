@@ -86,53 +86,67 @@ int64_t draw_from_chunks(const T* row, const std::vector<ExpChunk>& chunks, doub
     return pick;
 }
 
-// Dream's filters (temperature, then top-p, then top-k) and the resulting distribution.
-// Returns the kept (token, scaled logit) pairs; tokens outside have probability 0.
+using Support = std::vector<std::pair<int64_t, double>>;  // (token, scaled logit)
+
+// Value descending, ties lowest token first.
+bool higher(const std::pair<int64_t, double>& a, const std::pair<int64_t, double>& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+}
+
+// Nucleus filter: keep tokens, by value descending, while the mass before them is <= top_p.
+void keep_nucleus(Support& all, double top_p) {
+    double m = kNegInf, z = 0.0;
+    for (auto& t : all) m = std::max(m, t.second);
+    for (auto& t : all) z += std::exp(t.second - m);
+    size_t have = std::min<size_t>(all.size(), 1024), kept = all.size();
+    for (;;) {
+        std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(have), all.end(), higher);
+        double cum = 0.0;
+        size_t j = 0;
+        for (; j < have; ++j) {  // keep j while the mass before it is <= top_p
+            if (j > 0 && cum > top_p) break;
+            cum += std::exp(all[j].second - m) / z;
+        }
+        if (j < have || have == all.size()) {
+            kept = j;
+            break;
+        }
+        have = std::min(all.size(), have * 8);
+    }
+    all.resize(kept);
+}
+
+// Top-k filter: drop tokens below the k-th largest value (ties with it stay).
+void keep_top_k(Support& all, int64_t top_k) {
+    if (static_cast<size_t>(top_k) >= all.size()) return;
+    const auto k = static_cast<std::ptrdiff_t>(top_k);
+    std::nth_element(all.begin(), all.begin() + (k - 1), all.end(), higher);
+    const double kth = all[static_cast<size_t>(k - 1)].second;
+    all.erase(std::remove_if(all.begin(), all.end(), [&](auto& t) { return t.second < kth; }), all.end());
+}
+
+// The filters (temperature first, then top-p and top-k in the family's order) and the
+// resulting distribution. Returns the kept (token, scaled logit) pairs; tokens outside have
+// probability 0.
 template <class T>
-std::vector<std::pair<int64_t, double>> filtered_support(const T* row, int64_t vocab, const TokenRules& r) {
-    const double inv_t = r.temperature > 0 ? 1.0 / r.temperature : 1.0;
-    std::vector<std::pair<int64_t, double>> all;  // (token, x)
+Support filtered_support(const T* row, int64_t vocab, const TokenRules& r) {
+    Support all;
     all.reserve(static_cast<size_t>(vocab));
     for_segments(vocab, r.banned, [&](int64_t b, int64_t e) {
         for (int64_t v = b; v < e; ++v)
             all.emplace_back(v, r.temperature > 0 ? static_cast<double>(load(row, v)) / r.temperature
                                                   : static_cast<double>(load(row, v)));
     });
-    (void)inv_t;
-    auto higher = [](const std::pair<int64_t, double>& a, const std::pair<int64_t, double>& b) {
-        return a.second > b.second || (a.second == b.second && a.first < b.first);
-    };
-    size_t kept = all.size();
-    if (r.top_p && *r.top_p < 1.0 && !all.empty()) {
-        double m = kNegInf, z = 0.0;
-        for (auto& t : all) m = std::max(m, t.second);
-        for (auto& t : all) z += std::exp(t.second - m);
-        size_t have = std::min<size_t>(all.size(), 1024);
-        for (;;) {
-            std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(have), all.end(), higher);
-            double cum = 0.0;
-            size_t j = 0;
-            for (; j < have; ++j) {  // keep j while the mass before it is <= top_p
-                if (j > 0 && cum > *r.top_p) break;
-                cum += std::exp(all[j].second - m) / z;
-            }
-            if (j < have || have == all.size()) {
-                kept = j;
-                break;
-            }
-            have = std::min(all.size(), have * 8);
-        }
-        all.resize(kept);
-    }
-    if (r.top_k && static_cast<size_t>(*r.top_k) < all.size()) {
-        const auto k = static_cast<std::ptrdiff_t>(*r.top_k);
-        std::nth_element(all.begin(), all.begin() + (k - 1), all.end(), higher);
-        const double kth = all[static_cast<size_t>(k - 1)].second;
-        all.erase(std::remove_if(all.begin(), all.end(), [&](auto& t) { return t.second < kth; }), all.end());
-    }
+    const bool nucleus = r.top_p && *r.top_p < 1.0;
+    if (r.top_k && r.top_k_first) keep_top_k(all, *r.top_k);
+    if (nucleus && !all.empty()) keep_nucleus(all, *r.top_p);
+    if (r.top_k && !r.top_k_first) keep_top_k(all, *r.top_k);
     std::sort(all.begin(), all.end());  // by token: draws walk the vocabulary in order
     return all;
 }
+
+// Whether the row's confidence is sum p log p (minus the entropy: higher = more certain).
+bool entropy_confidence(Algorithm a) { return a == Algorithm::Entropy || a == Algorithm::EntropyBounded; }
 
 
 // LLaDA (block schedule): token by argmax or Gumbel-max in float64; confidence from the
@@ -174,7 +188,7 @@ RowScore score_block(const T* row, int64_t vocab, const TokenRules& r, const std
     return out;
 }
 
-// Dream (timestep schedule) token sampler and its confidences.
+// Dream (timestep schedule) and SDAR token sampler and their confidences.
 template <class T>
 RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const CounterRng& rng, uint64_t step,
                         uint64_t position) {
@@ -194,7 +208,11 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
         size_t best = 0;
         for (size_t j = 0; j < support.size(); ++j) {
             p[j] /= z;
-            neg_entropy += p[j] * std::log(p[j] + 1e-10);
+            // Dream adds 1e-10 inside the log; SDAR's entropy drops p = 0 terms and is exact
+            if (r.algorithm == Algorithm::Entropy)
+                neg_entropy += p[j] * std::log(p[j] + 1e-10);
+            else if (p[j] > 0.0)
+                neg_entropy += p[j] * std::log(p[j]);
             if (p[j] > p1) {
                 p2 = p1;
                 p1 = p[j];
@@ -215,12 +233,12 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
         }
         out.token = support[pick].first;
         out.confidence = r.algorithm == Algorithm::TopkMargin ? p1 - p2
-                         : r.algorithm == Algorithm::Entropy  ? neg_entropy
+                         : entropy_confidence(r.algorithm)    ? neg_entropy
                                                               : p[pick];
         return out;
     }
     const float scale = draw ? static_cast<float>(1.0 / r.temperature) : 1.0f;
-    const bool with_x = r.algorithm == Algorithm::Entropy;
+    const bool with_x = entropy_confidence(r.algorithm);
     const RowPass pass = row_pass(row, vocab, r.banned, scale, with_x);
     const Top2& t = pass.top;
     if (t.i1 < 0 || std::isnan(t.v1)) return RowScore{};  // unscorable row: token -1, reported by the caller
@@ -236,6 +254,7 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
             out.confidence = (1.0 - kernels::exp_nonpositive((t.v2 - t.v1) * scale)) / z;
             break;
         case Algorithm::Entropy:
+        case Algorithm::EntropyBounded:
             out.confidence = zx / z - std::log(z);  // sum p log p; the reference's +1e-10 moves it by < V * 1e-10
             break;
         default:
@@ -313,6 +332,11 @@ TokenRules token_rules(const DecodeParams& p) {
     r.temperature = p.temperature;
     r.top_k = p.top_k;
     r.top_p = p.top_p;
+    if (schedule_of(p.algorithm) == Schedule::Sdar) {
+        r.top_k_first = true;
+        // SDAR's greedy path takes the raw softmax: its filters apply only when sampling
+        if (p.temperature <= 0.0) r.top_k.reset(), r.top_p.reset();
+    }
     r.banned.push_back(p.mask_id);
     if (p.logits_eos_inf && p.eos_id) r.banned.push_back(*p.eos_id);
     // LLaDA's `logits_with_noise[:, :, eos] = logits[:, :, eot] = -inf`: at T = 0 both names are

@@ -18,6 +18,7 @@ struct TokenRules {
     double temperature = 0.0;
     std::optional<int64_t> top_k;
     std::optional<double> top_p;
+    bool top_k_first = false;       // SDAR filters top-k then top-p; Dream top-p then top-k
     std::vector<int64_t> banned;    // never chosen, out of every softmax (mask id; EOS under logits_eos_inf)
     std::vector<int64_t> unranked;  // LLaDA confidence_eos_eot_inf: out of the confidence softmax; token -> confidence 0
 };

@@ -139,7 +139,7 @@ class SdarBuilder(DreamBuilder):
     architecture = "sdar"
     model_types = ("sdar",)
     shift_logits = False  # the logits of position p are the distribution of position p
-    generation = GenerationConfig()  # SDAR's sampler settings belong to the block cache mode
+    generation = GenerationConfig(algorithm="low_confidence_dynamic")  # SDAR's default strategy
     MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|MASK|>", "<|im_end|>", None
     # o_proj would carry a bias too with attention_bias: the graph has none
     SUPPORTED = {**DreamBuilder.SUPPORTED, "attention_bias": False, "mlp_bias": (False, None)}

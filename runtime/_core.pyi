@@ -27,7 +27,7 @@ class _Enum:
 
 class Algorithm(_Enum):
     """Which positions to commit: LOW_CONFIDENCE and RANDOM follow LLaDA's block schedule,
-    the other four Dream's timestep schedule."""
+    the next four Dream's timestep schedule, the last four SDAR's block-diffusion schedule."""
 
     LOW_CONFIDENCE: ClassVar[Algorithm]
     RANDOM: ClassVar[Algorithm]
@@ -35,6 +35,10 @@ class Algorithm(_Enum):
     MASKGIT_PLUS: ClassVar[Algorithm]
     TOPK_MARGIN: ClassVar[Algorithm]
     ENTROPY: ClassVar[Algorithm]
+    SEQUENTIAL: ClassVar[Algorithm]
+    LOW_CONFIDENCE_STATIC: ClassVar[Algorithm]
+    LOW_CONFIDENCE_DYNAMIC: ClassVar[Algorithm]
+    ENTROPY_BOUNDED: ClassVar[Algorithm]
     __members__: ClassVar[dict[str, Algorithm]]
 
 class CacheMode(_Enum):
@@ -43,17 +47,23 @@ class CacheMode(_Enum):
     NONE: ClassVar[CacheMode]
     PREFIX: ClassVar[CacheMode]
     DUAL: ClassVar[CacheMode]
+    BLOCK: ClassVar[CacheMode]
     __members__: ClassVar[dict[str, CacheMode]]
 
 class StepKind(_Enum):
     """Which forward pass a Request is (a label: what to do is spelled out by past_length and
     stores_cache). FULL: no cache, the whole sequence; REFRESH: a block's first cached pass over
     the whole sequence, its presents become the cache; WINDOW: a later step of the block, the
-    window against the cached past."""
+    window against the cached past. Cache `block` (block-causal models): PREFILL: the complete
+    prompt blocks, stored, no logits; DENOISE: one block against the stored blocks before it;
+    STORE: a finished block with its final tokens, stored, no logits."""
 
     FULL: ClassVar[StepKind]
     REFRESH: ClassVar[StepKind]
     WINDOW: ClassVar[StepKind]
+    PREFILL: ClassVar[StepKind]
+    DENOISE: ClassVar[StepKind]
+    STORE: ClassVar[StepKind]
     __members__: ClassVar[dict[str, StepKind]]
 
 class DecodeParams:
@@ -154,7 +164,7 @@ class Decoder:
         """Rows of every request: 2 with classifier-free guidance, else 1."""
     @property
     def max_window(self) -> int:
-        """Widest window of a step that does not store its presents (sizes scratch buffers)."""
+        """Widest window of any step but a whole-sequence refresh (sizes scratch buffers)."""
     @property
     def block_ends(self) -> npt.NDArray[np.int64]:
         """Absolute end of each block's part of the generation region."""

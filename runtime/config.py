@@ -19,8 +19,12 @@ from .errors import ConfigError
 # Algorithms and the schedule family each belongs to.
 BLOCK_ALGORITHMS = ("low_confidence", "random")  # LLaDA block schedule
 TIMESTEP_ALGORITHMS = ("origin", "maskgit_plus", "topk_margin", "entropy")  # Dream timestep schedule
-ALGORITHMS = BLOCK_ALGORITHMS + TIMESTEP_ALGORITHMS
-CACHE_MODES = ("none", "prefix", "dual")
+# SDAR block diffusion: blocks aligned to position 0, `steps` per block = its denoising_steps
+SDAR_ALGORITHMS = ("sequential", "low_confidence_static", "low_confidence_dynamic", "entropy_bounded")
+ALGORITHMS = BLOCK_ALGORITHMS + TIMESTEP_ALGORITHMS + SDAR_ALGORITHMS
+CACHE_MODES = ("none", "prefix", "dual", "block")
+# SDAR's defaults of the two threshold rules: confidence_threshold and the CLI's eb_threshold
+SDAR_THRESHOLDS = {"low_confidence_dynamic": 0.85, "entropy_bounded": 0.35}
 
 # Algorithms whose confidence is a probability-like score that a threshold or
 # factor rule can compare against a number in (0, 1].
@@ -41,10 +45,14 @@ class GenerationConfig:
     steps: int | None = _setting(None, "forward passes budget; None -> gen_length (one token per step)")
     block_length: int | None = _setting(None, "semi-autoregressive block size; None -> one block (gen_length)")
     algorithm: str = _setting("low_confidence", "LLaDA block schedule: low_confidence, random; "
-                                                "Dream timesteps: origin, maskgit_plus, topk_margin, entropy")
+                                                "Dream timesteps: origin, maskgit_plus, topk_margin, entropy; "
+                                                "SDAR blocks: sequential, low_confidence_static, "
+                                                "low_confidence_dynamic, entropy_bounded")
 
     # --- Fast-dLLM parallel decoding (replace the fixed per-step count)
-    threshold: float | None = _setting(None, "commit every masked position with confidence >= threshold")
+    threshold: float | None = _setting(None, "commit every masked position with confidence >= threshold "
+                                             "(low_confidence_dynamic: > threshold, default 0.85; "
+                                             "entropy_bounded: the entropy budget, default 0.35)")
     factor: float | None = _setting(None, "commit rank n while confidence >= 1 - factor/(n+1)")
 
     # --- token sampling
@@ -60,7 +68,8 @@ class GenerationConfig:
     seed: int = _setting(0, "RNG seed: same seed, same tokens, whatever the thread count")
 
     # --- engine
-    cache: str | None = _setting(None, "key/value reuse: none | prefix | dual; None -> dual when the package allows")
+    cache: str | None = _setting(None, "key/value reuse: none | prefix | dual | block; None -> block for "
+                                       "block-causal packages, else dual when the package allows")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -78,6 +87,28 @@ class GenerationConfig:
     @property
     def uses_block_schedule(self) -> bool:
         return self.algorithm in BLOCK_ALGORITHMS
+
+    @property
+    def uses_sdar_schedule(self) -> bool:
+        return self.algorithm in SDAR_ALGORITHMS
+
+    @property
+    def resolved_threshold(self) -> float | None:
+        """The threshold the core uses: SDAR's default where its rule needs one and none is set."""
+        return self.threshold if self.threshold is not None else SDAR_THRESHOLDS.get(self.algorithm)
+
+    def canvas_length(self, prompt_length: int) -> int:
+        """Positions the model sees: prompt + gen_length, SDAR's rounded up to the end of a block
+        (its blocks are aligned to position 0)."""
+        total = prompt_length + self.gen_length
+        block = self.resolved_block_length
+        return -(-total // block) * block if self.uses_sdar_schedule else total
+
+    def for_model(self, facts: "ModelFacts") -> "GenerationConfig":
+        """A copy with what the model decides filled in: a block-causal model's block_length."""
+        if facts.block_size is not None and self.block_length is None:
+            return self.replace(block_length=facts.block_size)
+        return self
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -132,11 +163,14 @@ class GenerationConfig:
             )
         if self.threshold is not None and self.factor is not None:
             raise ConfigError("threshold and factor are two parallel-decoding rules; set only one")
-        if self.threshold is not None and not (0.0 < _num("threshold", self.threshold) <= 1.0):
+        if self.uses_sdar_schedule:
+            self._check_sdar()
+        elif self.threshold is not None and not (0.0 < _num("threshold", self.threshold) <= 1.0):
             raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.factor is not None and not (_num("factor", self.factor) > 0.0):
             raise ConfigError(f"factor must be > 0, got {self.factor}")
-        if (self.threshold is not None or self.factor is not None) and self.algorithm not in _PARALLEL_ALGORITHMS:
+        if (self.threshold is not None or self.factor is not None) and not self.uses_sdar_schedule \
+                and self.algorithm not in _PARALLEL_ALGORITHMS:
             raise ConfigError(
                 f"threshold/factor need a probability-like confidence; algorithm {self.algorithm!r} has none "
                 f"(use one of {', '.join(_PARALLEL_ALGORITHMS)})"
@@ -161,16 +195,57 @@ class GenerationConfig:
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if facts is not None:
             self._check_against(facts)
+        if self.cache == "block" and not self.uses_sdar_schedule:
+            raise ConfigError(f"cache 'block' decodes SDAR's absolute blocks; algorithm {self.algorithm!r} lays its "
+                              f"blocks out differently (use one of {', '.join(SDAR_ALGORITHMS)})")
         return self
 
+    def _check_sdar(self) -> None:
+        """SDAR's algorithms: its schedule commits >= 1 token per step, its threshold rules."""
+        if self.factor is not None:
+            raise ConfigError(f"factor does not apply to algorithm {self.algorithm!r} (SDAR's rules use threshold)")
+        per_block = self.resolved_steps // self.num_blocks
+        if per_block > self.resolved_block_length:
+            raise ConfigError(
+                f"steps {self.resolved_steps} gives {per_block} steps per block, more than block_length "
+                f"{self.resolved_block_length}; SDAR commits at least one token per step (steps <= gen_length)")
+        if self.threshold is None:
+            return
+        if self.algorithm == "low_confidence_dynamic" and not (0.0 < _num("threshold", self.threshold) <= 1.0):
+            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.algorithm == "entropy_bounded" and not (_num("threshold", self.threshold) > 0.0):
+            raise ConfigError(f"threshold (entropy_bounded's entropy budget, in nats) must be > 0, "
+                              f"got {self.threshold}")
+        if self.algorithm not in SDAR_THRESHOLDS:
+            raise ConfigError(f"threshold does not apply to algorithm {self.algorithm!r} "
+                              f"(use low_confidence_dynamic or entropy_bounded)")
+
     def _check_against(self, facts: "ModelFacts") -> None:
-        """The rules that need the model's token ids (the C++ core asserts the same)."""
+        """The rules that need the model's token ids and attention (the C++ core asserts the same)."""
         if not isinstance(facts, ModelFacts):
             raise ConfigError(f"facts must be a ModelFacts, got {type(facts).__name__}")
+        if facts.block_size is not None:
+            self._check_block_causal(facts.block_size)
+        elif self.cache == "block":
+            raise ConfigError("cache 'block' is exact only for block-causal models (SDAR packages); this model "
+                              "attends bidirectionally: use cache none, prefix or dual")
         if self.logits_eos_inf and facts.eos_id is None:
             raise ConfigError("logits_eos_inf forbids the EOS token, but this model has no eos_id")
         if self.confidence_eos_eot_inf and facts.eos_id is None and facts.eot_id is None:
             raise ConfigError("confidence_eos_eot_inf ranks EOS/EoT last, but this model has neither id")
+
+    def _check_block_causal(self, block_size: int) -> None:
+        """A block-causal model fixes the block length, the layout and which caches are exact."""
+        if self.resolved_block_length != block_size:
+            raise ConfigError(f"block_length {self.resolved_block_length} disagrees with this model's block size "
+                              f"{block_size} (its attention is block-causal over {block_size} positions); "
+                              f"leave block_length unset or set it to {block_size}")
+        if not self.uses_sdar_schedule:
+            raise ConfigError(f"algorithm {self.algorithm!r} does not fit a block-causal model; "
+                              f"use one of {', '.join(SDAR_ALGORITHMS)}")
+        if self.cache in ("prefix", "dual"):
+            raise ConfigError(f"cache {self.cache!r} refreshes keys/values that a block-causal model never changes; "
+                              f"use cache 'block' (exact, the default here) or 'none'")
 
 
 @dataclass(frozen=True)
@@ -182,9 +257,12 @@ class ModelFacts:
     eos_id: int | None = None  # end of text: early stop and the EOS rules look for it
     eot_id: int | None = None  # end of turn (LLaDA <|eot_id|>, Dream <|im_end|>)
     shift_logits: bool = False  # Dream: position i reads its distribution from row i-1
+    block_size: int | None = None  # block-causal attention over blocks of this many positions (SDAR)
 
     def __post_init__(self) -> None:
         _check_int("mask_id", self.mask_id, minimum=0)
+        if self.block_size is not None:
+            _check_int("block_size", self.block_size, minimum=1)
         for name in ("eos_id", "eot_id"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=0)
@@ -196,7 +274,7 @@ class ModelFacts:
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ConfigError(f"unknown model fact(s) {', '.join(unknown)}; valid: mask_id, eos_id, eot_id, "
-                              f"shift_logits")
+                              f"shift_logits, block_size")
         if "mask_id" not in values:
             raise ConfigError("mask_id is required (the model's [MASK] token id)")
         return cls(**dict(values))

@@ -31,8 +31,13 @@ _ALGORITHMS = {
     "maskgit_plus": _core.Algorithm.MASKGIT_PLUS,
     "topk_margin": _core.Algorithm.TOPK_MARGIN,
     "entropy": _core.Algorithm.ENTROPY,
+    "sequential": _core.Algorithm.SEQUENTIAL,
+    "low_confidence_static": _core.Algorithm.LOW_CONFIDENCE_STATIC,
+    "low_confidence_dynamic": _core.Algorithm.LOW_CONFIDENCE_DYNAMIC,
+    "entropy_bounded": _core.Algorithm.ENTROPY_BOUNDED,
 }
-_CACHE_MODES = {"none": _core.CacheMode.NONE, "prefix": _core.CacheMode.PREFIX, "dual": _core.CacheMode.DUAL}
+_CACHE_MODES = {"none": _core.CacheMode.NONE, "prefix": _core.CacheMode.PREFIX, "dual": _core.CacheMode.DUAL,
+                "block": _core.CacheMode.BLOCK}
 
 
 @dataclass
@@ -84,7 +89,7 @@ def to_params(config: GenerationConfig, facts: ModelFacts, *, threads: int | Non
     p.steps = config.resolved_steps
     p.block_length = config.resolved_block_length
     p.algorithm = _ALGORITHMS[config.algorithm]
-    p.threshold = config.threshold
+    p.threshold = config.resolved_threshold
     p.factor = config.factor
     p.temperature = float(config.temperature)
     p.top_k = config.top_k
@@ -164,24 +169,31 @@ def decode(
 
     `facts` says what the loop must know about the model: `ModelFacts(mask_id=..., eos_id=...)`.
     `prompt_ids` (and `template`) are any 1-D sequences of integer ids.
-    Every forward sees the whole sequence (cache "none"; config.cache does not apply here).
+    Every forward sees the whole sequence (cache "none"), except with config.cache "block" (a
+    block-causal model, `facts.block_size` set): then `forward(ids, request)` gets only the
+    window's ids [B, W] and the Request saying which positions they are (`window_start`,
+    `window_end`), how many cached positions before them to attend to (`past_length`) and
+    whether to keep the window's keys/values (`stores_cache`); the forward keeps that cache
+    itself and returns logits [B, W, V]. Prefix and dual caches do not apply here.
     An exception raised by `forward` or `on_step` propagates unchanged; the decoder is dropped.
     """
     if not isinstance(config, GenerationConfig):
         raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
     if not isinstance(facts, ModelFacts):
         raise ConfigError(f"facts must be a ModelFacts (mask_id, eos_id, ...), got {type(facts).__name__}")
+    config = config.for_model(facts)
+    windowed = config.cache == "block"
     config.validate(facts)
-    decoder = make_decoder(config.replace(cache="none"), facts, prompt_ids, template=template, infill=infill,
-                           threads=check_threads(threads))
+    decoder = make_decoder(config.replace(cache="block" if windowed else "none"), facts, prompt_ids,
+                           template=template, infill=infill, threads=check_threads(threads))
     stats = DecodeStats()
     while not decoder.done:
         request = decoder.next_request()
         ids = decoder.input_ids()
         t0 = time.perf_counter()
-        logits = forward(ids)
+        logits = forward(ids, request) if windowed else forward(ids)
         t1 = time.perf_counter()
-        logits = _check_logits(logits, request.batch, decoder.length)
+        logits = _check_logits(logits, request.batch, int(request.window_end) - int(request.window_start))
         event = decoder.advance_window(logits)
         t2 = time.perf_counter()
         stats.nfe += 1

@@ -5,16 +5,20 @@ once per generation (`begin`), so a step only rebinds the few small inputs that
 change (window ids, logits rows) and the logits output view. The engine does what the
 request says and decides nothing itself (the Decoder's step kinds, csrc/decoder.h):
 
-    stores_cache   the presents ARE the cache (bound straight into `cache_key[l]` /
-                   `cache_value[l]`, [B, H_kv, L, D]); today only a whole-sequence refresh
+    stores_cache   the presents ARE the cache at the window's positions: a whole-sequence
+                   refresh binds them straight into `cache_key[l]` / `cache_value[l]`
+                   ([B, H_kv, L, D]); a narrower window (cache `block`: prefill, store)
+                   writes them to scratch, copied into its slice of the cache after the run
     past_length    the window attends to the first past_length cached positions outside
                    it, gathered once per window into a preallocated buffer (the window is
                    the same for every later step of a block); 0 = no past
+    logits_index   may be empty (prefill, store): the graph computes one row, none is returned
     otherwise      presents go to a scratch buffer nobody reads, sized by the Decoder's
                    max_window
 
 Attention is bidirectional and K/V are cached after RoPE, so the past's order does not
-matter: for dual the past is prefix followed by suffix.
+matter: for dual the past is prefix followed by suffix. A block-causal graph masks by
+position_ids, so under cache `block` its past is exactly the stored blocks before the window.
 
 A generic graph (export_torch: input_ids -> logits for every row) runs without cache;
 its rows are picked after the run.
@@ -198,8 +202,8 @@ class EngineRun:
         binding = self._binding
         start, end = int(request.window_start), int(request.window_end)
         past, stores = int(request.past_length), bool(request.stores_cache)
-        if stores and (self.cache == "none" or (start, end) != (0, self.length)):
-            raise RuntimeError(f"storing the cache needs a cache and the whole sequence, got [{start}, {end})")
+        if stores and self.cache == "none":
+            raise RuntimeError(f"storing [{start}, {end}) needs a cache; this run has none")
         if past and (self.cache == "none" or past > self.length - (end - start)):
             raise RuntimeError(f"a past of {past} positions around [{start}, {end}) does not fit this run's cache")
         key = (start, end, past, stores)
@@ -208,13 +212,24 @@ class EngineRun:
             self._bound_window = None if stores else key  # the cache changes at every store
         binding.bind_cpu_input("input_ids", input_ids)
         rows = np.ascontiguousarray(request.logits_index, dtype=np.int64)
+        wanted = len(rows)
+        if not wanted:  # a pass that only stores keys/values: the head runs on one row, dropped
+            rows = np.zeros(1, dtype=np.int64)
         binding.bind_cpu_input("logits_index", rows)
         shape = (self.batch, len(rows), self.vocab_size)
         if self._logits.size < np.prod(shape):  # more rows than begin() was told: grow once
             self._logits = np.empty(int(np.prod(shape)), dtype=self._logits.dtype)
         logits = self._logits[: int(np.prod(shape))].reshape(shape)
         binding.bind_output("logits", "cpu", 0, logits.dtype, list(logits.shape), logits.ctypes.data)
-        return logits, run_session(self.session, binding, self.source)
+        seconds = run_session(self.session, binding, self.source)
+        if stores and (start, end) != (0, self.length):
+            self._store_slice(start, end)
+        return logits[:, :wanted], seconds
+
+    def _store_slice(self, start: int, end: int) -> None:
+        """Copy the window's presents (in scratch) into the cache at [start, end)."""
+        for (kind, layer), cache in self._cache.items():
+            cache[:, :, start:end] = self._view(self._scratch[kind, layer], end - start)
 
     def _bind_window(self, start: int, end: int, past_length: int, stores: bool) -> None:
         lay, binding = self.layout, self._binding
@@ -225,7 +240,8 @@ class EngineRun:
             for kind in ("key", "value"):
                 past = self._gather_past(kind, l, start, end, past_length) if past_length else self._empty_past
                 binding.bind_cpu_input(f"past_{kind}.{l}", past)
-                present = self._cache[kind, l] if stores else self._view(self._scratch[kind, l], width)
+                whole = stores and (start, end) == (0, self.length)
+                present = self._cache[kind, l] if whole else self._view(self._scratch[kind, l], width)
                 binding.bind_output(f"present_{kind}.{l}", "cpu", 0, present.dtype, list(present.shape),
                                     present.ctypes.data)
 

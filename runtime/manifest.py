@@ -105,9 +105,10 @@ class Manifest:
         return GenerationConfig.from_dict(self.generation).replace(**overrides)
 
     def model_facts(self) -> ModelFacts:
-        """What the decoder needs to know about this model (its token ids, the logit shift)."""
+        """What the decoder needs to know about this model (its token ids, the logit shift, its blocks)."""
         ids = self.special_ids
-        return ModelFacts(mask_id=ids.mask_id, eos_id=ids.eos_id, eot_id=ids.eot_id, shift_logits=self.shift_logits)
+        return ModelFacts(mask_id=ids.mask_id, eos_id=ids.eos_id, eot_id=ids.eot_id, shift_logits=self.shift_logits,
+                          block_size=self.block_size if self.attention_kind == BLOCK_CAUSAL else None)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -115,9 +116,12 @@ class Manifest:
         return {"format_version": out.pop("format_version"), **out}
 
 
-def auto_cache(cache_reuse: bool) -> str:
-    """The cache mode that `cache` auto (None) resolves to: dual where the package can reuse key/value."""
-    return "dual" if cache_reuse else "none"
+def auto_cache(cache_reuse: bool, block_size: int | None = None) -> str:
+    """The cache mode that `cache` auto (None) resolves to where the package can reuse key/value: the exact
+    block cache for block-causal attention (`block_size` set), dual for the others; none where it cannot."""
+    if not cache_reuse:
+        return "none"
+    return "block" if block_size else "dual"
 
 
 # ---------------------------------------------------------------------- writing

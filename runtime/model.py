@@ -29,7 +29,7 @@ from .chat import ChatTemplate, check_messages
 from .config import GenerationConfig, ModelFacts, check_threads
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
-from .manifest import BLOCK_CAUSAL, Manifest, auto_cache, read_manifest
+from .manifest import Manifest, auto_cache, read_manifest
 from .package import Package, read_package
 from .stats import GenerationStats, peak_rss_bytes
 from .store import resolve as resolve_model
@@ -46,7 +46,7 @@ class Result:
     """One generation: the answer text, the generated ids and what it cost."""
 
     text: str  # decoded generation up to the first EOS/EoT, special tokens dropped
-    token_ids: np.ndarray  # int64 [gen_length]: the whole generated region
+    token_ids: np.ndarray  # int64: the whole generated region (gen_length; SDAR: up to the end of its block)
     prompt_ids: np.ndarray  # int64 [P]: what the model was conditioned on
     stats: GenerationStats
     config: GenerationConfig  # the resolved settings this generation ran with
@@ -156,16 +156,15 @@ class Model:
         is taken as complete (package defaults are not applied), then overrides. The result
         passed back as `generate(config=...)` runs exactly as it is.
         """
-        self._check_decodable()
         if config is None:
             cfg = self.default_config
         elif isinstance(config, GenerationConfig):
             cfg = config
         else:
             raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
-        cfg = cfg.replace(**overrides) if overrides else cfg
+        cfg = (cfg.replace(**overrides) if overrides else cfg).for_model(self.facts)
         if cfg.cache is None:
-            cfg = cfg.replace(cache=auto_cache(self.cache_reuse))
+            cfg = cfg.replace(cache=auto_cache(self.cache_reuse, self.facts.block_size))
         cfg.validate(self.facts)
         context = self.manifest.dims.max_sequence_length
         if cfg.gen_length >= context:  # refused when set (chat's /set), not at the first generation
@@ -177,14 +176,6 @@ class Model:
                 "(use cache='none')"
             )
         return cfg
-
-    def _check_decodable(self) -> None:
-        m = self.manifest
-        if m.attention_kind == BLOCK_CAUSAL:  # a full-window decode would run, but not the model's algorithm
-            raise ConfigError(
-                f"this {m.architecture} package is a block-diffusion model (block-causal attention, block size "
-                f"{m.block_size}); block-diffusion decoding lands with cache mode 'block', which this unmask "
-                "does not have yet")
 
     def encode_prompt(self, prompt: str | None = None, *, messages: Sequence[Mapping[str, str]] | None = None,
                       prompt_ids: Any = None) -> np.ndarray:
@@ -225,10 +216,11 @@ class Model:
 
     def _check_length(self, prompt_ids: np.ndarray, cfg: GenerationConfig) -> None:
         limit = self.manifest.dims.max_sequence_length
-        total = len(prompt_ids) + cfg.gen_length
+        total = cfg.canvas_length(len(prompt_ids))
         if total > limit:
             raise ConfigError(
-                f"prompt of {len(prompt_ids)} tokens + gen_length {cfg.gen_length} = {total} tokens exceeds "
+                f"prompt of {len(prompt_ids)} tokens + gen_length {cfg.gen_length} = {total} tokens"
+                f"{' (up to the end of a block)' if total > len(prompt_ids) + cfg.gen_length else ''} exceeds "
                 f"the model's maximum sequence length {limit}"
             )
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-STEP_KINDS = ("full", "refresh", "window")  # none-mode pass, block-start refresh, cached window
+# none-mode pass, block-start refresh, cached window; cache block: prompt prefill, block step, block store
+STEP_KINDS = ("full", "refresh", "window", "prefill", "denoise", "store")
 
 
 class TokenRates:

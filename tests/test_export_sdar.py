@@ -216,14 +216,14 @@ class TestManifest:
 
 
 class TestRuntime:
-    def test_loads_and_refuses_generation_until_the_block_cache(self, package):
+    def test_loads_and_generates_with_the_block_cache(self, package):
         folder, _ = package
         model = unmask.load(folder, device="cpu")
         assert model.manifest.attention_kind == BLOCK_CAUSAL
-        with pytest.raises(ConfigError, match="cache mode 'block'"):
-            model.generate("Hello", gen_length=8)
+        result = model.generate("Hello", gen_length=8)
+        assert result.config.cache == "block" and result.config.block_length == model.manifest.block_size
         with pytest.raises(ConfigError, match="block-causal"):
-            model.chat()
+            model.generate("Hello", gen_length=8, cache="dual")
 
     def test_info_names_the_attention(self, package):
         from click.testing import CliRunner

@@ -63,7 +63,7 @@ def info_document(folder: Path, *, verify: bool = False) -> dict:
         open_package(folder)
     config = manifest.generation_config()
     if config.cache is None:  # as unmask.load resolves it, so info and `generate -v` agree
-        config = config.replace(cache=auto_cache(manifest.cache_reuse))
+        config = config.replace(cache=auto_cache(manifest.cache_reuse, manifest.model_facts().block_size))
     return {
         "path": str(folder),
         "format_version": manifest.format_version,

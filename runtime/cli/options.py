@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import click
 
-from ..config import ALGORITHMS, CACHE_MODES, GenerationConfig, ModelFacts
+from ..config import ALGORITHMS, CACHE_MODES, SDAR_ALGORITHMS, TIMESTEP_ALGORITHMS, GenerationConfig, ModelFacts
 from ..errors import ConfigError, ModelFormatError
 from ..store import resolve as resolve_model
 
@@ -34,6 +34,7 @@ NONE_WORDS = ("none", "off", "null")
 # under the other they change nothing.
 _TIMESTEP_ONLY = ("top_k", "top_p", "alg_temp", "eps")  # Dream token sampler / timestep schedule
 _BLOCK_ONLY = ("confidence_eos_eot_inf",)  # LLaDA block schedule
+_SDAR_TOO = ("top_k", "top_p")  # SDAR's sampler filters too
 
 
 # ---------------------------------------------------------------------- field metadata
@@ -193,13 +194,16 @@ def ineffective(config: GenerationConfig, names: Iterable[str], *, architecture:
     """One line per given setting that changes nothing for this model and algorithm (never ignored silently)."""
     notes = []
     names = list(names)
-    schedule = "block schedule" if config.uses_block_schedule else "timestep schedule"
+    schedule = ("block schedule" if config.uses_block_schedule else
+                "SDAR schedule" if config.uses_sdar_schedule else "timestep schedule")
     family = f"{architecture}, " if architecture else ""
     for name in names:
         flag = "--" + name.replace("_", "-")
-        if name in _TIMESTEP_ONLY and config.uses_block_schedule:
+        timestep_only = config.uses_block_schedule or (config.uses_sdar_schedule and name not in _SDAR_TOO)
+        if name in _TIMESTEP_ONLY and timestep_only:
             notes.append(f"{flag} has no effect here ({family}algorithm {config.algorithm} uses the {schedule}); "
-                         f"it applies to {', '.join(a for a in ALGORITHMS if a not in ('low_confidence', 'random'))}")
+                         f"it applies to "
+                         f"{', '.join(TIMESTEP_ALGORITHMS + (SDAR_ALGORITHMS if name in _SDAR_TOO else ()))}")
         elif name in _BLOCK_ONLY and not config.uses_block_schedule:
             notes.append(f"{flag} has no effect here ({family}algorithm {config.algorithm} uses the {schedule}); "
                          f"it applies to low_confidence, random")

@@ -107,7 +107,8 @@ def prepare(model: Any, overrides: Mapping[str, Any], *, messages: Sequence[Mapp
     if max_tokens is not None:
         if "gen_length" in overrides:
             raise ConfigError("give max_tokens or gen_length, not both")
-        block = overrides["block_length"] if "block_length" in overrides else model.default_config.block_length
+        block = (overrides["block_length"] if "block_length" in overrides
+                 else model.default_config.for_model(model.facts).block_length)  # SDAR: the package's block size
         whole = isinstance(block, int) and block > 0  # a bad block_length is left to resolve_config to refuse
         overrides = {"steps": None, **overrides, "gen_length": -(-max_tokens // block) * block if whole else max_tokens}
     config = model.resolve_config(**overrides)
@@ -118,7 +119,7 @@ def prepare(model: Any, overrides: Mapping[str, Any], *, messages: Sequence[Mapp
     else:
         prompt_ids = model.encode_prompt(prompt)
     limit = int(model.manifest.dims.max_sequence_length)
-    total = len(prompt_ids) + config.gen_length
+    total = config.canvas_length(len(prompt_ids))  # SDAR: up to the end of a block
     if total > limit:
         raise ContextLengthError(
             f"the prompt has {len(prompt_ids)} tokens and the answer {config.gen_length} (max_tokens / gen_length): "
