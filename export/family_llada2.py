@@ -117,7 +117,9 @@ class Llada2Builder(GraphBuilder):
     architecture = "llada2"
     model_types = ("llada2_moe",)
     shift_logits = False  # the logits of position p are the distribution of position p
-    generation = GenerationConfig(block_length=DEFAULT_BLOCK)
+    # block_length follows the package's block size (ModelFacts); the SDAR threshold sampler is the nearest
+    # of the block samplers to the LLaDA2 one (threshold with a per-step floor)
+    generation = GenerationConfig(algorithm="low_confidence_dynamic")
     MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|mask|>", "<|role_end|>", "<|startoftext|>"
 
     @classmethod

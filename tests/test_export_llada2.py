@@ -176,15 +176,19 @@ class TestPackage:
         assert moe["expert_op"] == "MoE" and moe["num_experts"] == 8 and moe["experts_per_token"] == 2
         assert moe["shared_size"] == 16 * hf["num_shared_experts"]
 
-    def test_runtime_loads_it_as_a_block_causal_package(self, package):
-        """Generation waits for the block-diffusion runtime (the other half of issue 31)."""
+    def test_runtime_generates_with_the_block_cache(self, package):
+        """The package runs on the block-diffusion runtime: exact block cache, blocks of its block size."""
         import unmask
 
         folder, _ = package
         model = unmask.load(folder, device="cpu")
         assert (model.manifest.architecture, model.manifest.attention_kind) == ("llada2", BLOCK_CAUSAL)
-        with pytest.raises(ConfigError, match="cache mode 'block'"):
-            model.generate("Hello", gen_length=8)
+        config = model.resolve_config(gen_length=8)
+        assert (config.cache, config.block_length) == ("block", 4)
+        result = model.generate("Hello", config=config)
+        assert 8 <= len(result.token_ids) < 8 + 4  # generation ends where the block holding its end ends
+        with pytest.raises(ConfigError, match="block"):
+            model.generate("Hello", gen_length=8, cache="dual")
 
     def test_info_shows_the_experts(self, package):
         from click.testing import CliRunner
