@@ -100,12 +100,14 @@ class TestRefusals:
         assert "\n" not in str(info.value)
 
 
+@pytest.fixture(scope="module")
+def folder(sdar):
+    """The SDAR package's folder, as a user names it on the command line."""
+    return str(sdar[1].package.folder)
+
+
 class TestCommands:
     """The CLI on an SDAR package, unchanged from the user's side."""
-
-    @pytest.fixture(scope="class")
-    def folder(self, sdar):
-        return str(sdar[1].package.folder)
 
     def invoke(self, *args):
         from click.testing import CliRunner
