@@ -308,6 +308,7 @@ void score_rows_typed(const LogitsView& view, int64_t count, double cfg_scale, c
 }  // namespace
 
 TokenRules token_rules(const DecodeParams& p) {
+    check_decode_params(p);  // rules are built only from checked params: negative ids would index rows
     TokenRules r;
     r.algorithm = p.algorithm;
     r.temperature = p.temperature;
@@ -334,6 +335,8 @@ TokenRules token_rules(const DecodeParams& p) {
 void score_rows(const LogitsView& view, int64_t count, double cfg_scale, const TokenRules& rules,
                 const CounterRng& rng, uint64_t step, const int64_t* positions, RowScore* out, int threads) {
     if (view.vocab < 1) throw InputError("logits have an empty vocabulary axis");
+    if (view.vocab > std::numeric_limits<int32_t>::max())  // the row pass keeps int32 indices
+        throw InputError("logits have a vocabulary of " + std::to_string(view.vocab) + " ids; at most 2^31 - 1");
     if (view.dtype == DType::F32)
         score_rows_typed<float>(view, count, cfg_scale, rules, rng, step, positions, out, threads);
     else
