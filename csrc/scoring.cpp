@@ -36,6 +36,11 @@ bool contains(const std::vector<int64_t>& sorted, int64_t id) {
     return std::binary_search(sorted.begin(), sorted.end(), id);
 }
 
+// One rule on every path: a row is unscorable when a logit the sampler may pick is NaN or
+// +inf, or when every such logit is -inf. Banned ids (mask; EOS under logits_eos_inf) are
+// never read, so their values do not matter. -inf elsewhere is an ordinary "never".
+bool usable(float logit) { return logit < std::numeric_limits<float>::infinity(); }  // false for NaN too
+
 struct ExpChunk {
     int64_t begin, end;
     double z;
@@ -87,18 +92,23 @@ int64_t draw_from_chunks(const T* row, const std::vector<ExpChunk>& chunks, doub
 }
 
 // Dream's filters (temperature, then top-p, then top-k) and the resulting distribution.
-// Returns the kept (token, scaled logit) pairs; tokens outside have probability 0.
+// Returns the kept (token, scaled logit) pairs; tokens outside have probability 0. Empty when
+// the row is unscorable (see usable()): NaN would also break the sorts' strict weak order.
 template <class T>
 std::vector<std::pair<int64_t, double>> filtered_support(const T* row, int64_t vocab, const TokenRules& r) {
-    const double inv_t = r.temperature > 0 ? 1.0 / r.temperature : 1.0;
     std::vector<std::pair<int64_t, double>> all;  // (token, x)
     all.reserve(static_cast<size_t>(vocab));
+    bool bad = false, any_finite = false;
     for_segments(vocab, r.banned, [&](int64_t b, int64_t e) {
-        for (int64_t v = b; v < e; ++v)
-            all.emplace_back(v, r.temperature > 0 ? static_cast<double>(load(row, v)) / r.temperature
-                                                  : static_cast<double>(load(row, v)));
+        for (int64_t v = b; v < e && !bad; ++v) {
+            const float logit = load(row, v);
+            bad = !usable(logit);
+            any_finite = any_finite || logit > kNegInf;
+            all.emplace_back(v, r.temperature > 0 ? static_cast<double>(logit) / r.temperature
+                                                  : static_cast<double>(logit));
+        }
     });
-    (void)inv_t;
+    if (bad || !any_finite) return {};
     auto higher = [](const std::pair<int64_t, double>& a, const std::pair<int64_t, double>& b) {
         return a.second > b.second || (a.second == b.second && a.first < b.first);
     };
@@ -163,6 +173,11 @@ RowScore score_block(const T* row, int64_t vocab, const TokenRules& r, const std
         out.token = choice.i1;
     }
     if (out.token < 0 || std::isnan(choice.v1)) return RowScore{};  // unscorable row: token -1, reported by the caller
+    // The same rule as the other paths, before `random` ignores the values: ranked.z is NaN
+    // when a ranked logit is NaN or +inf; unranked ids are read one by one.
+    if (std::isnan(ranked.z)) return RowScore{};
+    for (int64_t id : r.unranked)
+        if (id < vocab && !usable(load(row, id))) return RowScore{};
     if (r.algorithm == Algorithm::Random) {
         out.confidence = rng.uniform(Stream::RandomConfidence, step, position, 0);
         return out;
@@ -186,7 +201,7 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
         if (support.empty()) return RowScore{};  // unscorable row: token -1, reported by the caller
         double m = -std::numeric_limits<double>::infinity();
         for (auto& t : support) m = std::max(m, t.second);
-        if (std::isnan(m)) return RowScore{};  // unscorable row: token -1, reported by the caller
+        if (!std::isfinite(m)) return RowScore{};  // unscorable row: token -1, reported by the caller
         std::vector<double> p(support.size());
         double z = 0.0;
         for (size_t j = 0; j < support.size(); ++j) z += (p[j] = std::exp(support[j].second - m));
@@ -247,8 +262,11 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
 template <class T>
 RowScore score_row(const T* row, int64_t vocab, const TokenRules& r, const std::vector<int64_t>& skip,
                    const CounterRng& rng, uint64_t step, uint64_t position) {
-    return schedule_of(r.algorithm) == Schedule::Block ? score_block(row, vocab, r, skip, rng, step, position)
-                                                       : score_timestep(row, vocab, r, rng, step, position);
+    const RowScore out = schedule_of(r.algorithm) == Schedule::Block
+                             ? score_block(row, vocab, r, skip, rng, step, position)
+                             : score_timestep(row, vocab, r, rng, step, position);
+    // A NaN confidence would sort anywhere among the candidates: never commit on one.
+    return std::isnan(out.confidence) ? RowScore{} : out;
 }
 
 // logits = uncond + (cfg + 1) * (cond - uncond), in float32 like the reference.
