@@ -78,6 +78,10 @@ inline v8f exp_nonpositive(v8f x) {
 #endif
 
 // Sum of e = exp((l - shift) * scale) and, when WithX, of e * (l - shift) * scale (for entropy).
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // calls the v8f exp above (same note as there)
+#endif
 template <bool WithX, class T>
 inline void sweep_exp(const T* row, int64_t begin, int64_t end, float shift, float scale, double& z, double& zx) {
     int64_t i = begin;
@@ -105,5 +109,8 @@ inline void sweep_exp(const T* row, int64_t begin, int64_t end, float shift, flo
         if (WithX && e != 0.0f) zx += e * x;
     }
 }
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace unmask::kernels

@@ -279,8 +279,9 @@ void combine_cfg(const T* cond, const T* uncond, int64_t vocab, float scale, flo
 }
 
 // One slice of rows, everything inlined; on x86-64 GCC also builds an AVX2+FMA clone picked
-// at load time (the portable build stays baseline: no -march flag).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+// at load time (the portable build stays baseline: no -march flag). Not in the sanitizer build:
+// instrumented and flattened, this one function took GCC many minutes; the clone is the same code.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(UNMASK_SANITIZE)
 #define UNMASK_SIMD_CLONES __attribute__((flatten, target_clones("avx2,fma", "default")))
 #else
 #define UNMASK_SIMD_CLONES
