@@ -1,5 +1,5 @@
 // Python bindings of the unmask core: one line per bound name, no logic here
-// (numpy conversions live in numpy_io.cpp, validation in the C++ core and runtime/decode.py).
+// (numpy conversions live in numpy_io.cpp, validation in the C++ core and runtime/decoding.py).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -11,7 +11,7 @@ using namespace unmask;
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "unmask C++ core: the parallel-unmasking decoder";
-    m.attr("ABI_VERSION") = 2;
+    m.attr("ABI_VERSION") = 3;
     py_io::register_errors();
 
     py::enum_<Algorithm>(m, "Algorithm")
@@ -25,6 +25,11 @@ PYBIND11_MODULE(_core, m) {
         .value("NONE", CacheMode::None)
         .value("PREFIX", CacheMode::Prefix)
         .value("DUAL", CacheMode::Dual);
+
+    py::enum_<StepKind>(m, "StepKind")
+        .value("FULL", StepKind::Full)
+        .value("REFRESH", StepKind::Refresh)
+        .value("WINDOW", StepKind::Window);
 
     py::class_<DecodeParams>(m, "DecodeParams")
         .def(py::init<>())
@@ -52,10 +57,12 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("threads", &DecodeParams::threads);
 
     py::class_<Request>(m, "Request")
+        .def_readonly("kind", &Request::kind)
         .def_readonly("window_start", &Request::window_start)
         .def_readonly("window_end", &Request::window_end)
+        .def_readonly("past_length", &Request::past_length)
+        .def_readonly("stores_cache", &Request::stores_cache)
         .def_property_readonly("logits_index", &py_io::logits_index)
-        .def_readonly("refresh", &Request::refresh)
         .def_readonly("batch", &Request::batch)
         .def_readonly("block", &Request::block)
         .def_readonly("step", &Request::step);
@@ -66,6 +73,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("block", &StepEvent::block)
         .def_readonly("step", &StepEvent::step)
         .def_readonly("filled", &StepEvent::filled)
+        .def_readonly("final_end", &StepEvent::final_end)
         .def_readonly("block_done", &StepEvent::block_done)
         .def_readonly("done", &StepEvent::done);
 
@@ -75,6 +83,9 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("ids", &py_io::ids)
         .def_property_readonly("prompt_length", &Decoder::prompt_length)
         .def_property_readonly("length", &Decoder::length)
+        .def_property_readonly("batch", &Decoder::batch)
+        .def_property_readonly("max_window", &Decoder::max_window)
+        .def_property_readonly("block_ends", &py_io::block_ends)
         .def("next_request", &Decoder::next_request, py::return_value_policy::copy)
         .def("input_ids", &py_io::input_ids)
         .def("advance", &py_io::advance, py::arg("logits"))

@@ -107,6 +107,10 @@ void Decoder::finish_block(StepEvent* event) {
     entered_block_ = false;
 }
 
+StepContext Decoder::context() const {
+    return {timesteps_, step_, steps_per_block_, block_masks_, rng_, global_step()};
+}
+
 void Decoder::settle(StepEvent* event) {
     while (!done_) {
         if (block_ >= static_cast<int64_t>(blocks_.size())) {
@@ -123,48 +127,73 @@ void Decoder::settle(StepEvent* event) {
             block_masks_ = static_cast<int64_t>(masked.size());
         }
         if (step_ >= steps_per_block_) throw StateError("schedule ran out of steps with masks left (internal error)");
-        if (schedule_of(params_.algorithm) == Schedule::Timestep) {
-            // A step that commits nothing leaves the sequence unchanged, so its forward pass
-            // would be repeated by the next step: skip it instead of running it.
-            if (params_.algorithm == Algorithm::Origin) {
-                std::vector<int64_t> revealed;
-                for (int64_t p : masked)
-                    if (origin_reveals(timesteps_, step_, rng_, global_step(), p)) revealed.push_back(p);
-                if (revealed.empty()) {
-                    ++step_;
-                    continue;
-                }
-                masked.swap(revealed);
-            } else if (!params_.threshold && !params_.factor &&
-                       timestep_transfer_count(static_cast<int64_t>(masked.size()), timesteps_, step_) == 0) {
-                ++step_;
-                continue;
-            }
+        targets_ = step_targets(params_, std::move(masked), context());
+        if (targets_.empty()) {
+            ++step_;
+            continue;
         }
-        targets_ = std::move(masked);
         build_request();
         return;
     }
 }
 
-void Decoder::build_request() {
-    const Block& b = blocks_[static_cast<size_t>(block_)];
-    const int64_t shift = params_.shift_logits ? 1 : 0;
+StepKind Decoder::step_kind() const {
+    if (params_.cache == CacheMode::None) return StepKind::Full;
+    return forwards_in_block_ == 0 ? StepKind::Refresh : StepKind::Window;
+}
+
+// The one home of the window rule. A window step recomputes [block start - shift, end): end is
+// the sequence end (prefix) or the block end (dual), and the shift keeps the row that predicts
+// the block's first position (shift_logits) inside the window; it attends to the cache of every
+// position outside. Full and refresh passes cover the whole sequence.
+Request Decoder::plan(StepKind kind, const Block& b) const {
     Request r;
-    r.batch = params_.cfg_scale > 0 ? 2 : 1;
+    r.kind = kind;
+    r.window_end = length();
+    switch (kind) {
+        case StepKind::Full:
+            break;
+        case StepKind::Refresh:
+            r.stores_cache = true;
+            break;
+        case StepKind::Window:
+            r.window_start = std::max<int64_t>(0, b.start - (params_.shift_logits ? 1 : 0));
+            if (params_.cache == CacheMode::Dual) r.window_end = b.end;
+            r.past_length = length() - (r.window_end - r.window_start);
+            break;
+    }
+    return r;
+}
+
+void Decoder::build_request() {
+    Request r = plan(step_kind(), blocks_[static_cast<size_t>(block_)]);
+    r.batch = batch();
     r.block = block_;
     r.step = static_cast<int64_t>(global_step());
-    r.window_end = length();
-    if (params_.cache != CacheMode::None) {
-        if (forwards_in_block_ == 0) {
-            r.refresh = true;
-        } else {
-            r.window_start = std::max<int64_t>(0, b.start - shift);
-            if (params_.cache == CacheMode::Dual) r.window_end = b.end;
-        }
-    }
+    const int64_t shift = params_.shift_logits ? 1 : 0;
     for (int64_t p : targets_) r.logits_index.push_back(std::max<int64_t>(0, p - shift) - r.window_start);
     request_ = std::move(r);
+}
+
+int64_t Decoder::max_window() const {
+    if (params_.cache == CacheMode::None) return length();
+    int64_t widest = 0;
+    for (const Block& b : blocks_) {
+        const Request r = plan(StepKind::Window, b);
+        widest = std::max(widest, r.window_end - r.window_start);
+    }
+    return widest;
+}
+
+std::vector<int64_t> Decoder::block_ends() const {
+    std::vector<int64_t> out;
+    for (const Block& b : blocks_) out.push_back(b.gen_end);
+    return out;
+}
+
+int64_t Decoder::final_end() const {
+    if (done_) return length();
+    return blocks_[static_cast<size_t>(block_)].gen_start;
 }
 
 const Request& Decoder::next_request() const {
@@ -184,16 +213,16 @@ std::vector<int64_t> Decoder::input_ids() const {
     return out;
 }
 
-StepEvent Decoder::advance(const LogitsView& logits) {
+StepEvent Decoder::advance(const LogitsView& logits, LogitsLayout layout) {
     const Request& r = next_request();
     const auto count = static_cast<int64_t>(targets_.size());
-    const int64_t rows = logits.row_index ? r.window_end - r.window_start : count;
+    const int64_t rows = layout == LogitsLayout::Window ? r.window_end - r.window_start : count;
     if (logits.batch != r.batch || logits.rows != rows || logits.vocab < 1)
         throw InputError("logits have shape (" + std::to_string(logits.batch) + ", " + std::to_string(logits.rows) +
                          ", " + std::to_string(logits.vocab) + "), expected (" + std::to_string(r.batch) + ", " +
                          std::to_string(rows) + ", V)");
     LogitsView view = logits;
-    if (view.row_index) view.row_index = r.logits_index.data();
+    view.row_index = layout == LogitsLayout::Window ? r.logits_index.data() : nullptr;
     std::vector<RowScore> scores(static_cast<size_t>(count));
     score_rows(view, count, params_.cfg_scale, rules_, rng_, global_step(), targets_.data(), scores.data(),
                params_.threads);
@@ -201,19 +230,7 @@ StepEvent Decoder::advance(const LogitsView& logits) {
     StepEvent ev;
     ev.block = block_;
     ev.step = static_cast<int64_t>(global_step());
-    std::vector<size_t> chosen;
-    if (params_.algorithm == Algorithm::Origin) {
-        for (size_t k = 0; k < scores.size(); ++k) chosen.push_back(k);
-    } else {
-        std::vector<double> sorted(scores.size());
-        for (size_t k = 0; k < scores.size(); ++k) sorted[k] = scores[k].confidence;
-        std::sort(sorted.begin(), sorted.end(), [](double a, double b) { return a > b; });
-        const int64_t n = transfer_count(params_, sorted, block_masks_, count, timesteps_, step_, steps_per_block_);
-        const std::vector<size_t> order = commit_order(params_, scores, targets_, rng_, global_step());
-        chosen.assign(order.begin(), order.begin() + n);
-        std::sort(chosen.begin(), chosen.end());
-    }
-    for (size_t k : chosen) {
+    for (size_t k : choose_commits(params_, scores, targets_, context())) {
         const int64_t p = targets_[k];
         x_[static_cast<size_t>(p)] = scores[k].token;
         ev.positions.push_back(p);
@@ -223,6 +240,7 @@ StepEvent Decoder::advance(const LogitsView& logits) {
     ++step_;
     settle(&ev);
     ev.done = done_;
+    ev.final_end = final_end();
     return ev;
 }
 

@@ -5,25 +5,42 @@
 #include <vector>
 
 #include "params.h"
+#include "policy.h"
 #include "rng.h"
 #include "scoring.h"
 
 namespace unmask {
 
+// Which forward pass a request is. The kind is a label (stats, readers); what the engine must do
+// is spelled out on the request itself (past_length, stores_cache), so a new kind, such as a
+// block-diffusion prefill or store pass, adds a case here and in Decoder::plan, not in Python.
+enum class StepKind {
+    Full,     // no cache: the whole sequence, nothing kept
+    Refresh,  // a block's first cached pass: the whole sequence, its presents become the cache
+    Window,   // a later step of the block: the window against the cached past, presents dropped
+};
+
 // What the next forward pass must compute.
 struct Request {
+    StepKind kind = StepKind::Full;
     int64_t window_start = 0, window_end = 0;  // absolute positions [start, end) recomputed
-    std::vector<int64_t> logits_index;         // window rows whose logits are needed (shift applied)
-    bool refresh = false;                      // whole-sequence pass whose K/V become the cache
-    int64_t batch = 1;                         // 2 with classifier-free guidance (row 1 = prompt masked)
-    int64_t block = 0, step = 0;               // step: global schedule step
+    int64_t past_length = 0;    // cached positions attended to: the first past_length outside the window, in order
+    bool stores_cache = false;  // the window's presents become the cache at [window_start, window_end)
+    std::vector<int64_t> logits_index;  // window rows whose logits are needed (shift applied)
+    int64_t batch = 1;                  // 2 with classifier-free guidance (row 1 = prompt masked)
+    int64_t block = 0, step = 0;        // step: global schedule step
 };
+
+// How advance() reads its logits: one row per logits_index entry, in that order, or the whole
+// window (the decoder picks the logits_index rows itself).
+enum class LogitsLayout { Rows, Window };
 
 // What one advance() committed.
 struct StepEvent {
     std::vector<int64_t> positions, tokens;  // model commits (ascending), then early-stop EOS fills
     int64_t block = 0, step = 0;
-    int64_t filled = 0;                      // trailing entries written by early stop
+    int64_t filled = 0;     // trailing entries written by early stop
+    int64_t final_end = 0;  // generation positions before this are final (every block there finished)
     bool block_done = false, done = false;
 };
 
@@ -38,11 +55,14 @@ public:
     int64_t prompt_length() const { return prompt_length_; }
     int64_t length() const { return static_cast<int64_t>(x_.size()); }
     const DecodeParams& params() const { return params_; }
+    int64_t batch() const { return params_.cfg_scale > 0 ? 2 : 1; }  // rows of every request
+    std::vector<int64_t> block_ends() const;  // absolute end of each block's generation region
+    int64_t max_window() const;  // widest window of a step that does not store its presents
 
     const Request& next_request() const;
     std::vector<int64_t> input_ids() const;  // [batch, window] row-major
-    // logits [batch, K, V] in logits_index order, or (window form) [batch, W, V] with row_index set.
-    StepEvent advance(const LogitsView& logits);
+    // logits [batch, K, V] in logits_index order (Rows) or [batch, W, V] for the whole window (Window).
+    StepEvent advance(const LogitsView& logits, LogitsLayout layout);
 
 private:
     struct Block {
@@ -51,6 +71,10 @@ private:
     };
 
     uint64_t global_step() const { return static_cast<uint64_t>(block_ * steps_per_block_ + step_); }
+    StepContext context() const;
+    StepKind step_kind() const;                         // the kind of the step about to run
+    Request plan(StepKind kind, const Block& b) const;  // window, past and storage of a step of block b
+    int64_t final_end() const;
     std::vector<int64_t> masked_in_block() const;
     void settle(StepEvent* event);  // skip steps that commit nothing, finish blocks, build the request
     void finish_block(StepEvent* event);

@@ -1,4 +1,4 @@
-// C++ exception types of the core; csrc/bindings.cpp maps each to one Python class, once.
+// C++ exception types of the core; register_errors (csrc/numpy_io.cpp) maps each to one Python class, once.
 #pragma once
 #include <stdexcept>
 #include <string>

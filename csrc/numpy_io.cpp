@@ -31,13 +31,11 @@ LogitsView view_of(const py::array& logits, py::array& keep, int64_t want_batch_
     return v;
 }
 
-StepEvent advance_view(Decoder& d, const py::array& logits, bool window) {
+StepEvent advance_view(Decoder& d, const py::array& logits, LogitsLayout layout) {
     py::array keep;
-    LogitsView v = view_of(logits, keep, 3);
-    static const int64_t marker = 0;
-    if (window) v.row_index = &marker;  // the decoder substitutes its logits_index
+    const LogitsView v = view_of(logits, keep, 3);
     py::gil_scoped_release release;
-    return d.advance(v);
+    return d.advance(v, layout);
 }
 
 }  // namespace
@@ -72,6 +70,7 @@ Decoder make(const DecodeParams& params, const IdArray& prompt, const py::object
 }
 
 IdArray ids(const Decoder& d) { return to_array(d.ids()); }
+IdArray block_ends(const Decoder& d) { return to_array(d.block_ends()); }
 IdArray logits_index(const Request& r) { return to_array(r.logits_index); }
 IdArray positions(const StepEvent& e) { return to_array(e.positions); }
 IdArray tokens(const StepEvent& e) { return to_array(e.tokens); }
@@ -84,8 +83,8 @@ IdArray input_ids(const Decoder& d) {
     return out;
 }
 
-StepEvent advance(Decoder& d, const py::array& logits) { return advance_view(d, logits, false); }
-StepEvent advance_window(Decoder& d, const py::array& logits) { return advance_view(d, logits, true); }
+StepEvent advance(Decoder& d, const py::array& logits) { return advance_view(d, logits, LogitsLayout::Rows); }
+StepEvent advance_window(Decoder& d, const py::array& logits) { return advance_view(d, logits, LogitsLayout::Window); }
 
 py::tuple score(const DecodeParams& params, const py::array& logits, uint64_t step, int threads) {
     py::array keep;

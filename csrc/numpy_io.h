@@ -15,6 +15,7 @@ void register_errors();  // C++ exception types -> unmask.ConfigError / ModelFor
 
 Decoder make(const DecodeParams& params, const IdArray& prompt, const py::object& fixed, bool infill);
 IdArray ids(const Decoder& d);
+IdArray block_ends(const Decoder& d);
 IdArray input_ids(const Decoder& d);
 IdArray logits_index(const Request& r);
 IdArray positions(const StepEvent& e);

@@ -1,5 +1,5 @@
 // The sampler's settings: one struct, defaults here, enums instead of strings.
-// runtime/decode.py fills it from GenerationConfig; nothing past the bindings sees a string.
+// runtime/decoding.py fills it from GenerationConfig; nothing past the bindings sees a string.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -7,7 +7,7 @@
 namespace unmask {
 
 // Which positions to commit. The first two follow LLaDA's block schedule,
-// the other four Dream's timestep schedule (MODELS.md section 2).
+// the other four Dream's timestep schedule (docs/models.md, sampler rules).
 enum class Algorithm { LowConfidence, Random, Origin, MaskgitPlus, TopkMargin, Entropy };
 enum class Schedule { Block, Timestep };
 enum class CacheMode { None, Prefix, Dual };

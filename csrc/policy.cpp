@@ -80,4 +80,36 @@ std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowSco
     return order;
 }
 
+std::vector<int64_t> step_targets(const DecodeParams& p, std::vector<int64_t> masked, const StepContext& s) {
+    if (schedule_of(p.algorithm) == Schedule::Block) return masked;
+    if (p.algorithm == Algorithm::Origin) {
+        std::vector<int64_t> revealed;
+        for (int64_t position : masked)
+            if (origin_reveals(s.timesteps, s.step, s.rng, s.global_step, position)) revealed.push_back(position);
+        return revealed;
+    }
+    const bool fixed_count = !p.threshold && !p.factor;
+    if (fixed_count && timestep_transfer_count(static_cast<int64_t>(masked.size()), s.timesteps, s.step) == 0)
+        return {};
+    return masked;
+}
+
+std::vector<size_t> choose_commits(const DecodeParams& p, const std::vector<RowScore>& scores,
+                                   const std::vector<int64_t>& targets, const StepContext& s) {
+    std::vector<size_t> chosen;
+    if (p.algorithm == Algorithm::Origin) {
+        for (size_t k = 0; k < scores.size(); ++k) chosen.push_back(k);
+        return chosen;
+    }
+    std::vector<double> sorted(scores.size());
+    for (size_t k = 0; k < scores.size(); ++k) sorted[k] = scores[k].confidence;
+    std::sort(sorted.begin(), sorted.end(), [](double a, double b) { return a > b; });
+    const auto count = static_cast<int64_t>(scores.size());
+    const int64_t n = transfer_count(p, sorted, s.block_masks, count, s.timesteps, s.step, s.steps);
+    const std::vector<size_t> order = commit_order(p, scores, targets, s.rng, s.global_step);
+    chosen.assign(order.begin(), order.begin() + n);
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
+}
+
 }  // namespace unmask

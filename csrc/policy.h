@@ -1,5 +1,6 @@
-// The small stateless policies of one step: how many positions to commit, in which order,
-// and which positions Dream's `origin` reveals. Each switches on an enum; the loop calls them.
+// The small stateless policies of one step: which positions it scores, how many it commits and
+// in which order, and which positions Dream's `origin` reveals. Each switches on an enum; the
+// decoder's loop calls step_targets before the forward pass and choose_commits after it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -9,6 +10,15 @@
 #include "scoring.h"
 
 namespace unmask {
+
+// Where a block's schedule stands at one step: what the step policies read besides the params.
+struct StepContext {
+    const std::vector<float>& timesteps;  // Dream's timestep schedule (empty under LLaDA's)
+    int64_t step, steps;                  // step within the block, steps per block
+    int64_t block_masks;                  // masks at the block's start (LLaDA's per-step count)
+    const CounterRng& rng;
+    uint64_t global_step;                 // keys the step's random draws
+};
 
 // LLaDA get_num_transfer_tokens: M // S per step, the first M % S steps one more.
 int64_t block_transfer_count(int64_t block_masks, int64_t steps, int64_t step);
@@ -33,5 +43,15 @@ int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_
 // alg_temp > 0 a Gumbel-top-k draw (= sampling without replacement from softmax(conf / alg_temp)).
 std::vector<size_t> commit_order(const DecodeParams& p, const std::vector<RowScore>& scores,
                                  const std::vector<int64_t>& positions, const CounterRng& rng, uint64_t global_step);
+
+// The positions a step scores, from the block's masked ones: Dream `origin` only those it reveals
+// this step. Empty = the step would commit nothing, so its forward pass (the same as the next
+// step's) is skipped.
+std::vector<int64_t> step_targets(const DecodeParams& p, std::vector<int64_t> masked, const StepContext& s);
+
+// The targets the step commits, as ascending indices into `scores` (scores[k] is targets[k]):
+// `origin` commits every target it revealed, the others the transfer count in commit order.
+std::vector<size_t> choose_commits(const DecodeParams& p, const std::vector<RowScore>& scores,
+                                   const std::vector<int64_t>& targets, const StepContext& s);
 
 }  // namespace unmask

@@ -1,4 +1,4 @@
-// Scoring: one row of logits -> (token, confidence), per MODELS.md section 2.
+// Scoring: one row of logits -> (token, confidence), per docs/models.md (sampler rules).
 // A row is float32 or float16 (IEEE half bits); rows are scored in parallel.
 #pragma once
 #include <cstdint>

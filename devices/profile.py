@@ -31,14 +31,11 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 
 GRAPH_OPTIMIZATIONS = ("disabled", "basic", "extended", "all")
 EXECUTION_MODES = ("sequential", "parallel")
-# The exporter's attention kernels (unmask.export.config.ATTENTIONS; a test keeps them equal).
-ATTENTION_VARIANTS = (
-    "auto",  # the exporter picks per model (CPU: MultiHeadAttention for full heads, Attention-23 for grouped KV)
-    "gqa",  # com.microsoft::GroupQueryAttention (causal=0): fused kernels on CPU and CUDA
-    "mha",  # com.microsoft::MultiHeadAttention (unidirectional=0); CPU kernel fp32 only
-    "attention23",  # ONNX-23 Attention (is_causal=0)
-    "plain",  # MatMul / Softmax / MatMul: every provider runs it, no contrib ops
-)
+# Keys older profiles had, with why they went and what to do instead.
+RETIRED_KEYS = {
+    "package.attention": "the exporter picks the attention kernel from package.target and the model "
+                         "(override one export with `unmask export --attention`); remove the key",
+}
 MEMORY_KINDS = ("host", "device")  # where the weights live: RAM, or the accelerator's own memory
 OS_NAMES = ("linux", "windows", "darwin")
 ARCH_NAMES = ("x86_64", "arm64")
@@ -66,7 +63,6 @@ class PackageFit:
     target: str = "cpu"  # the export --target for this device
     precisions: tuple[str, ...] = ("fp32",)  # precisions that run well here
     targets: tuple[str, ...] = ("cpu",)  # package targets whose graphs run well here (auto picks by this)
-    attention: str = "gqa"  # attention op the export should emit for this device
 
 
 @dataclass(frozen=True)
@@ -156,6 +152,8 @@ def _fields_from(cls, raw: Any, source: str, prefix: str, nested: tuple[str, ...
     for key, value in raw.items():
         if key in nested:
             continue
+        if prefix + key in RETIRED_KEYS:
+            raise ConfigError(f"{source}: key '{prefix}{key}' is no longer read: {RETIRED_KEYS[prefix + key]}")
         if key not in known or key == "name":
             allowed = ", ".join(k for k in known if k != "name")
             raise ConfigError(f"{source}: unknown key '{prefix}{key}' (known: {allowed})")
@@ -196,7 +194,6 @@ def _check(p: DeviceProfile, source: str) -> None:
     one_of("session.execution_mode", p.session.execution_mode, EXECUTION_MODES)
     one_of("package.precision", p.package.precision, PRECISIONS)
     one_of("package.target", p.package.target, TARGETS)
-    one_of("package.attention", p.package.attention, ATTENTION_VARIANTS)
     one_of("memory", p.memory, MEMORY_KINDS)
     for value in p.package.precisions:
         one_of("package.precisions", value, PRECISIONS)

@@ -15,7 +15,9 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from ..config import check_threads
 from ..errors import ConfigError, DeviceError
+from ..manifest import Manifest
 from .detect import Detection, detect
 from .probe import Probe, ProbeResult, probe as run_probe
 from .profile import DeviceProfile, load_profiles
@@ -111,7 +113,7 @@ class Placement:
 
 
 def select(
-    manifest: Any = None,
+    manifest: Manifest | None = None,
     device: str = "auto",
     *,
     detection: Detection | None = None,
@@ -129,8 +131,7 @@ def select(
     detection = detection if detection is not None else detect()
     profiles = tuple(profiles) if profiles is not None else load_profiles()
     probe = probe if probe is not None else run_probe
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConfigError(f"threads = {threads!r}: expected a positive integer or None")
+    check_threads(threads)
     name, index = parse_device(device, profiles)
     if name == "auto":
         return _select_auto(manifest, detection, profiles, probe, threads)
@@ -231,7 +232,7 @@ def _select_auto(manifest, detection, profiles, probe, threads) -> Placement:
         if profile.provider not in detection.available_providers:
             passed_over.append(f"{profile.device}: {profile.provider} is not in this onnxruntime build")
             continue
-        target = getattr(manifest, "target", None)
+        target = manifest.target if manifest is not None else None
         if manifest is not None and target not in profile.package.targets:
             passed_over.append(f"{profile.device}: the package was exported for {target}")
             notes.append(
@@ -276,16 +277,17 @@ def provider_options(profile: DeviceProfile, index: int | None) -> dict[str, str
     return options
 
 
-def memory_problem(profile: DeviceProfile, manifest: Any, detection: Detection, index: int | None) -> str | None:
+def memory_problem(profile: DeviceProfile, manifest: Manifest | None, detection: Detection,
+                   index: int | None) -> str | None:
     """Why the package does not fit in free memory (naming a smaller precision), or None if it fits."""
-    size = int(getattr(manifest, "size_bytes", 0) or 0)
+    size = manifest.size_bytes if manifest is not None else 0
     free, where = free_memory(profile, detection, index)
     if not size or free is None:
         return None
     needed = math.ceil(size * profile.memory_factor)
     if needed <= free:
         return None
-    precision = getattr(manifest, "precision", "fp32")
+    precision = manifest.precision
     msg = (
         f"the model needs ~{gib(needed)} ({gib(size)} of graph files x{profile.memory_factor:g}) "
         f"but only {gib(free)} is {where}"
@@ -321,12 +323,12 @@ def smaller_precision(size: int, precision: str, free: int, profile: DeviceProfi
     return None
 
 
-def package_notes(profile: DeviceProfile, manifest: Any) -> list[str]:
+def package_notes(profile: DeviceProfile, manifest: Manifest | None) -> list[str]:
     """Advice when the package's precision or target does not suit the profile (it still runs)."""
     if manifest is None:
         return []
     notes = []
-    precision, target = getattr(manifest, "precision", None), getattr(manifest, "target", None)
+    precision, target = manifest.precision, manifest.target
     if target not in profile.package.targets:
         notes.append(
             f"this package was exported for {target}, not {profile.device}; some ops may fall back to CPU. "
@@ -365,7 +367,7 @@ def _placement(profile, index, options, result, detection, manifest, threads, he
     else:
         n, why = detection.cpu.physical_cores, "physical cores"
     lines = [head, f"  profile {profile.name}: {profile.applies}"]
-    size = int(getattr(manifest, "size_bytes", 0) or 0)
+    size = manifest.size_bytes if manifest is not None else 0
     free, where = free_memory(profile, detection, index)
     if size and free is not None:
         lines.append(f"  memory: needs ~{gib(math.ceil(size * profile.memory_factor))}, {gib(free)} {where}")

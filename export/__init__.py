@@ -6,8 +6,12 @@
 Importing this package is cheap: onnx, onnxruntime and numpy load on first use.
 """
 
-from .._lazy import lazy_getattr
+from importlib import import_module
+from typing import Any
 
+# public name -> module that defines it (imported on first use). The runtime's own
+# `unmask._lazy` is not used: export imports from the runtime only its manifest, config
+# and errors modules (tests/test_packaging.py).
 _LAZY = {
     "export_model": ".package",
     "ExportResult": ".package",
@@ -16,7 +20,10 @@ _LAZY = {
 }
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_LAZY[name], __name__), name)
 
 
 __all__ = list(_LAZY)

@@ -1,4 +1,4 @@
-"""The graph builder: the transformer of MODELS.md §1 as one ONNX graph (DESIGN.md contract).
+"""The graph builder: the transformer of docs/models.md as one ONNX graph (docs/graph-contract.md).
 
     h = embed[input_ids]
     per layer:  h += attention(rmsnorm(h)) ; h += mlp(rmsnorm(h))
@@ -13,7 +13,8 @@ Keys are cached post-RoPE, and attention is bidirectional, so the past K/V of an
 positions can simply be concatenated with the window's.
 
 Family subclasses (families.py) override the named hooks only: config parsing, weight
-names, q/k/v biases. GQA and weight tying come from the spec.
+names (q/k/v biases among them), extra per-layer weight shapes, package generation
+defaults and the attention mask. GQA and weight tying come from the spec.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from ..config import GenerationConfig
 from ..errors import ModelFormatError
+from .attention import ATTENTION_KERNELS, AttentionInputs, check_mask, choose_kernel
 from .checkpoint import ModelSpec, TokenizerFiles
-from .attention import ATTENTION_KERNELS, resolve_kernel
 from .config import ExportConfig
 from .emitter import Emitter
 from .precision import Role, emit_linear, store_float, weight_format
@@ -50,12 +52,27 @@ class LayerWeights:
     v_bias: str | None = None
 
 
+@dataclass(frozen=True)
+class Window:
+    """Tensors of the graph's window that every layer reads, made once at the start of build()."""
+
+    positions: str  # position_ids [B, W]
+    shape_q: str  # [B, W, H, hd]
+    shape_kv: str  # [B, W, Hkv, hd]
+    shape_flat: str  # [B, W, -1]
+    cos: str  # RoPE tables (rope_tables) or angles (rope_angles), activation dtype
+    sin: str
+    attention: AttentionInputs
+
+
 class GraphBuilder:
     """Base emitter of the shared math; one instance builds one graph."""
 
     architecture: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]  # config.json model_type values (lower case)
     shift_logits: ClassVar[bool] = False
+    # Package defaults that differ from GenerationConfig() (the manifest stores only those).
+    generation: ClassVar[GenerationConfig] = GenerationConfig()
 
     # ------------------------------------------------------------------ family hooks
     @classmethod
@@ -75,6 +92,28 @@ class GraphBuilder:
     def layer_names(self, i: int) -> LayerWeights:
         raise NotImplementedError
 
+    def layer_shapes(self, i: int) -> dict[str, tuple[int, ...]]:
+        """Every weight of layer i with the shape the config implies. A family with more weights
+        per layer (q/k norms, experts) extends this; check_weights and the progress count follow."""
+        s, n = self.spec, self.layer_names(i)
+        d, hd, f = s.hidden_size, s.head_dim, s.intermediate_size
+        shapes = {n.attn_norm: (d,), n.ff_norm: (d,), n.q: (s.num_heads * hd, d), n.k: (s.num_kv_heads * hd, d),
+                  n.v: (s.num_kv_heads * hd, d), n.o: (d, s.num_heads * hd), n.gate: (f, d), n.up: (f, d),
+                  n.down: (d, f)}
+        for bias, rows in ((n.q_bias, s.num_heads), (n.k_bias, s.num_kv_heads), (n.v_bias, s.num_kv_heads)):
+            if bias is not None:
+                shapes[bias] = (rows * hd,)
+        return shapes
+
+    def qk_norm(self, i: int, name: str, q: str, k: str) -> tuple[str, str]:
+        """Layer i's q [B*W, H*hd] and k [B*W, Hkv*hd] between projection and RoPE: where a family
+        with per-head q/k norms (the Qwen3 layout) applies them. The shared math has none."""
+        return q, k
+
+    def attention_mask(self, positions: str) -> str | None:
+        """The mask every layer's attention applies, built from position_ids; None: bidirectional."""
+        return None
+
     # ------------------------------------------------------------------ setup
     def __init__(self, spec: ModelSpec, tensors: CheckpointTensors, config: ExportConfig,
                  on_tensor: Callable[[str], None] = lambda name: None):
@@ -82,22 +121,28 @@ class GraphBuilder:
         self.on_tensor = on_tensor
         self.dtype = config.float_dtype  # activations and K/V
         self.em: Emitter | None = None
-        self.kernel = resolve_kernel(config.attention, spec)  # attention kernel actually emitted
+        # the attention kernel actually emitted (config.attention may be "auto")
+        self.kernel = choose_kernel(config.attention, config.target, spec.num_heads, spec.num_kv_heads)
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every checkpoint weight the graph reads, with its shape (a tied head shares the table's name)."""
         s = self.spec
-        d, hd, f = s.hidden_size, s.head_dim, s.intermediate_size
-        shapes = {self.embedding_name(): (s.vocab_size, d), self.final_norm_name(): (d,),
-                  self.head_name(): (s.vocab_size, d)}
+        shapes = {self.embedding_name(): (s.vocab_size, s.hidden_size), self.final_norm_name(): (s.hidden_size,),
+                  self.head_name(): (s.vocab_size, s.hidden_size)}
         for i in range(s.num_layers):
-            n = self.layer_names(i)
-            shapes |= {n.attn_norm: (d,), n.ff_norm: (d,), n.q: (s.num_heads * hd, d),
-                       n.k: (s.num_kv_heads * hd, d), n.v: (s.num_kv_heads * hd, d), n.o: (d, s.num_heads * hd),
-                       n.gate: (f, d), n.up: (f, d), n.down: (d, f)}
-            for bias, rows in ((n.q_bias, s.num_heads), (n.k_bias, s.num_kv_heads), (n.v_bias, s.num_kv_heads)):
-                if bias is not None:
-                    shapes[bias] = (rows * hd,)
+            shapes |= self.layer_shapes(i)
         return shapes
+
+    def head_shares_table(self) -> bool:
+        """A tied head multiplies by the embedding's stored table when both have the same format;
+        otherwise it reads the checkpoint's table a second time, in its own format."""
+        return self.spec.tie_embeddings and (weight_format(Role.HEAD, self.config)
+                                             == weight_format(Role.EMBEDDING, self.config))
+
+    def weight_reads(self) -> int:
+        """How many checkpoint reads build() makes (progress ticks): each declared weight once,
+        plus the second read of a tied table the head does not share."""
+        return len(self.expected_shapes()) + int(self.spec.tie_embeddings and not self.head_shares_table())
 
     def check_weights(self) -> None:
         """Every weight present with the shape the config implies (headers only, before any output)."""
@@ -161,28 +206,53 @@ class GraphBuilder:
                  em.add_input(f"past_value.{i}", self.dtype, ["batch", s.num_kv_heads, "past", s.head_dim]))
                 for i in range(s.num_layers)]
         rows = em.add_input("logits_index", "int64", ["rows"])
-        self.batch_window = em.make_shape("shape/bw", ids)  # [B, W]
-        self.setup_attention(ids, past[0][0])
-        self.positions = pos
-        cos, sin = self.rope_tables(pos) if self.config.rope == "contrib" else self.rope_angles(pos)
-        h = self.embed(ids)
+        w = self.window(ids, pos, past[0][0])
+        h, table = self.embed(ids)
         for i in range(s.num_layers):
-            h = self.layer(i, h, cos, sin, *past[i])
-        self.lm_head(h, rows)
+            h = self.layer(i, h, w, *past[i])
+        self.lm_head(h, rows, w, table)
 
-    def embed(self, ids: str) -> str:
+    def window(self, ids: str, pos: str, past_k0: str) -> Window:
+        """The window's shapes, RoPE tables and attention inputs (in that order in the graph)."""
+        em, s = self.em, self.spec
+        bw = em.make_shape("shape/bw", ids)  # [B, W]
+        shape_q = em.make_concat("shape/bwhd", [bw, em.const([s.num_heads, s.head_dim])], axis=0)
+        shape_kv = em.make_concat("shape/bwkd", [bw, em.const([s.num_kv_heads, s.head_dim])], axis=0)
+        shape_flat = em.make_concat("shape/bw_flat", [bw, em.const([-1])], axis=0)
+        cos, sin = self.rope_tables(pos) if self.config.rope == "contrib" else self.rope_angles(pos)
+        mask = self.attention_mask(pos)
+        check_mask(self.kernel, mask)
+        attention = AttentionInputs(em, s.num_heads, s.num_kv_heads, s.head_dim, self.dtype, shape_flat,
+                                    lengths=self.gqa_lengths(ids, past_k0) if self.kernel == "gqa" else None,
+                                    mask=mask)
+        return Window(pos, shape_q, shape_kv, shape_flat, cos, sin, attention)
+
+    def gqa_lengths(self, ids: str, past_k0: str) -> tuple[str, str]:
+        """GroupQueryAttention's seqlens_k (int32 [B], total - 1 per row) and total_sequence_length
+        (int32 scalar): the past plus the window, the same for every row."""
+        em = self.em
+        past = em.make_shape("gqa/past_len", past_k0, start=2, end=3)
+        window = em.make_shape("gqa/window_len", ids, start=1, end=2)
+        total = em.make_add("gqa/total", past, window)  # [1] int64
+        batch = em.make_shape("gqa/batch", ids, start=0, end=1)
+        seqlens = em.make("Expand", "gqa/seqlens", [em.make_sub("gqa/last", total, em.const([1])), batch])
+        return (em.make_cast("gqa/seqlens_i32", seqlens, "int32"),
+                em.make_cast("gqa/total_i32", em.make("Squeeze", "gqa/total_scalar", [total, em.const([0])]),
+                             "int32"))
+
+    def embed(self, ids: str) -> tuple[str, str]:
+        """Hidden states [T, D] of the ids, and the stored table (a tied head may share it)."""
         em, fmt = self.em, weight_format(Role.EMBEDDING, self.config)
         shape = self.tensors.info(self.embedding_name()).shape
         table = store_float(em, "embed.weight", self.reader(self.embedding_name()), shape, fmt.dtype)
-        self.embedding_table = table
         h = em.make_gather("embed/Gather", table, ids)  # [B, W, D]
         if fmt.dtype != self.dtype:
             h = em.make_cast("embed/Cast", h, self.dtype)
-        return em.make_reshape("embed/flatten", h, [-1, self.spec.hidden_size])  # [T, D]
+        return em.make_reshape("embed/flatten", h, [-1, self.spec.hidden_size]), table  # [T, D]
 
-    def layer(self, i: int, h: str, cos: str, sin: str, past_k: str, past_v: str) -> str:
+    def layer(self, i: int, h: str, w: Window, past_k: str, past_v: str) -> str:
         n = self.layer_names(i)
-        a = self.attention(i, self.rmsnorm(f"layers.{i}/attn_norm", h, n.attn_norm), cos, sin, past_k, past_v)
+        a = self.attention(i, self.rmsnorm(f"layers.{i}/attn_norm", h, n.attn_norm), w, past_k, past_v)
         h = self.em.make_add(f"layers.{i}/attn_residual", h, a)
         m = self.mlp(i, self.rmsnorm(f"layers.{i}/ff_norm", h, n.ff_norm))
         return self.em.make_add(f"layers.{i}/ff_residual", h, m)
@@ -226,14 +296,14 @@ class GraphBuilder:
             cos, sin = em.make_cast("rope/cos_act", cos, self.dtype), em.make_cast("rope/sin_act", sin, self.dtype)
         return cos, sin
 
-    def rotate(self, name: str, x: str, heads: int, shape: str, cos: str, sin: str) -> str:
+    def rotate(self, name: str, x: str, heads: int, shape: str, w: Window) -> str:
         """RoPE of a projection x [B*W, heads*hd] -> [B, W, heads, hd] (`shape`), by ExportConfig.rope:
         one com.microsoft RotaryEmbedding (half-split, tables from rope_tables) or elementwise ops."""
         em = self.em
         if self.config.rope != "contrib":
-            return self.rope(name, em.make_reshape(f"{name}/heads", x, shape), cos, sin)
-        x3 = em.make_reshape(f"{name}/bsd", x, self.shape_bw_flat)
-        rotated = em.make("RotaryEmbedding", f"{name}/RotaryEmbedding", [x3, self.positions, cos, sin],
+            return self.rope(name, em.make_reshape(f"{name}/heads", x, shape), w.cos, w.sin)
+        x3 = em.make_reshape(f"{name}/bsd", x, w.shape_flat)
+        rotated = em.make("RotaryEmbedding", f"{name}/RotaryEmbedding", [x3, w.positions, w.cos, w.sin],
                           domain="com.microsoft", interleaved=0, num_heads=heads)
         return em.make_reshape(f"{name}/heads", rotated, shape)
 
@@ -252,14 +322,15 @@ class GraphBuilder:
         silu = em.make_mul(f"layers.{i}/mlp/silu", gate, em.make_sigmoid(f"layers.{i}/mlp/Sigmoid", gate))
         return self.linear(f"layers.{i}/mlp/down", em.make_mul(f"layers.{i}/mlp/gated", silu, up), n.down)
 
-    def attention(self, i: int, x: str, cos: str, sin: str, past_k: str, past_v: str) -> str:
+    def attention(self, i: int, x: str, w: Window, past_k: str, past_v: str) -> str:
         """softmax(q k^T / sqrt(hd)) v over past + window keys (no causal mask); writes present_*.{i}."""
         em, s, n = self.em, self.spec, self.layer_names(i)
         name = f"layers.{i}/attn"
         q, k, v = self.linears(name, x, {"q": (n.q, n.q_bias), "k": (n.k, n.k_bias), "v": (n.v, n.v_bias)})
-        q = self.rotate(f"{name}/rope_q", q, s.num_heads, self.shape_q, cos, sin)  # [B, W, H, hd]
-        k = self.rotate(f"{name}/rope_k", k, s.num_kv_heads, self.shape_kv, cos, sin)
-        v = em.make_reshape(f"{name}/v_heads", v, self.shape_kv)
+        q, k = self.qk_norm(i, name, q, k)
+        q = self.rotate(f"{name}/rope_q", q, s.num_heads, w.shape_q, w)  # [B, W, H, hd]
+        k = self.rotate(f"{name}/rope_k", k, s.num_kv_heads, w.shape_kv, w)
+        v = em.make_reshape(f"{name}/v_heads", v, w.shape_kv)
         present_k, present_v = (  # [B, Hkv, W, hd], post-RoPE: the window's part of the cache
             em.add_output(em.make("Transpose", f"{name}/present_{t}", [x], perm=[0, 2, 1, 3],
                                   output=f"present_{t}.{i}"),
@@ -267,30 +338,20 @@ class GraphBuilder:
             for t, x in (("key", k), ("value", v))
         )
         kernel = ATTENTION_KERNELS[self.kernel]
-        out = kernel(self, name, q, k, v, present_k, present_v, past_k, past_v)  # [T, H*hd]
+        out = kernel(w.attention, name, q, k, v, present_k, present_v, past_k, past_v)  # [T, H*hd]
         return self.linear(f"{name}/o", out, n.o)
 
-    def setup_attention(self, ids: str, past_k0: str) -> None:
-        em, s = self.em, self.spec
-        bw = self.batch_window
-        self.shape_q = em.make_concat("shape/bwhd", [bw, em.const([s.num_heads, s.head_dim])], axis=0)
-        self.shape_kv = em.make_concat("shape/bwkd", [bw, em.const([s.num_kv_heads, s.head_dim])], axis=0)
-        self.shape_bw_flat = em.make_concat("shape/bw_flat", [bw, em.const([-1])], axis=0)
-        self.past_k0, self.input_ids = past_k0, ids
-        self.gqa_lengths: tuple[str, str] | None = None  # built on first use by the gqa kernel
-
-    def lm_head(self, h: str, rows: str) -> None:
+    def lm_head(self, h: str, rows: str, w: Window, table: str) -> None:
         """Logits for the requested window rows only: gather first, then norm and head."""
         em, s = self.em, self.spec
-        h3 = em.make_reshape("head/unflatten", h, self.shape_bw_flat)  # [B, W, D]
+        h3 = em.make_reshape("head/unflatten", h, w.shape_flat)  # [B, W, D]
         picked = em.make_gather("head/select_rows", h3, rows, axis=1)  # [B, K, D]
         out_shape = em.make_concat("shape/bkv", [em.make_shape("head/shape_bk", picked, end=2),
                                                  em.const([s.vocab_size])], axis=0)
         flat = em.make_reshape("head/flatten", picked, [-1, s.hidden_size])
         normed = self.rmsnorm("final_norm", flat, self.final_norm_name())
-        head_fmt = weight_format(Role.HEAD, self.config)
-        if s.tie_embeddings and head_fmt == weight_format(Role.EMBEDDING, self.config):
-            logits = em.make("Gemm", "head/Gemm", [normed, self.embedding_table], transB=1)  # one shared table
+        if self.head_shares_table():
+            logits = em.make("Gemm", "head/Gemm", [normed, table], transB=1)  # one shared table
         else:
             logits = self.linear("head", normed, self.head_name(), role=Role.HEAD)
         if self.dtype == "float32":

@@ -1,8 +1,10 @@
 """ExportConfig: every choice of one export, resolved once before anything is read.
 
 The CLI and `export_model` fill it; `resolve()` checks the combination and fills the
-target-dependent defaults (attention kernel, accuracy level), so the builder and the
-precision dispatch read plain fields and never re-decide.
+target-dependent defaults (rope, accuracy level), so the builder and the precision
+dispatch read plain fields and never re-decide. `attention="auto"` stays as it is: the
+kernel depends on the model's heads too, and attention.choose_kernel decides it, once,
+when the builder knows them. Precision and target names are the manifest's vocabulary.
 """
 
 from __future__ import annotations
@@ -11,27 +13,21 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..manifest import PRECISIONS, TARGETS
+from .attention import ATTENTIONS, check_attention
 
-PRECISIONS = ("fp32", "fp16", "int8", "int4")
-TARGETS = ("cpu", "cuda", "dml", "coreml")
-ATTENTIONS = ("auto", "gqa", "mha", "attention23", "plain")
+__all__ = ["ATTENTIONS", "PRECISIONS", "ROPES", "TARGETS", "ExportConfig", "TARGET_PRECISIONS"]
+
 ROPES = ("auto", "contrib", "ops")
 
 # Which precisions each target can run: int8 needs ORT's CPU integer kernels; CoreML runs
 # almost no contrib ops (MatMulNBits would fall back to CPU), so it gets float graphs only.
-_TARGET_PRECISIONS = {
+TARGET_PRECISIONS = {
     "cpu": ("fp32", "int8", "int4"),
     "cuda": ("fp32", "fp16", "int4"),
     "dml": ("fp32", "fp16", "int4"),
     "coreml": ("fp32", "fp16"),
 }
-
-# Attention kernel per target when attention="auto" (see attention.resolve_kernel). CPU: measured
-# with benchmarks/bench_export.py attention — MultiHeadAttention for full-head models, ONNX
-# Attention-23 (native GQA) otherwise; GroupQueryAttention refuses batch > 1 with a past when
-# W > 1 (CFG runs batch 2), so it is never the default. GPUs: MultiHeadAttention (fp16 kernels).
-# CoreML/DirectML: plain ops that every EP runs.
-_DEFAULT_ATTENTION = {"cpu": "auto", "cuda": "mha", "dml": "plain", "coreml": "plain"}
 
 # Rotary embedding per target when rope="auto": com.microsoft RotaryEmbedding, one kernel per q
 # and k instead of eight elementwise nodes, where ORT has it (CPU, CUDA); elsewhere the ops
@@ -50,7 +46,7 @@ class ExportConfig:
     target: str = "cpu"  # execution provider family the graph is shaped for
     block_size: int = 32  # int4: weights per quantization block along K
     accuracy_level: int | None = None  # int4 MatMulNBits compute type; None -> 4 (int8 compute) on CPU, 0 elsewhere
-    attention: str = "auto"  # attention kernel; auto -> the measured best for the target
+    attention: str = "auto"  # attention kernel; auto -> the measured best for the target and model
     rope: str = "auto"  # rotary embedding: contrib (RotaryEmbedding kernel) or ops; auto -> per target
     fuse_projections: bool = True  # one q/k/v product and one gate/up product per layer (bench_cache --no-fuse)
     validate: bool = True  # run the exported graph on probe inputs against the fp32 graph
@@ -66,16 +62,13 @@ class ExportConfig:
             raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if self.target not in TARGETS:
             raise ConfigError(f"unknown target {self.target!r}; choose one of {', '.join(TARGETS)}")
-        allowed = _TARGET_PRECISIONS[self.target]
+        allowed = TARGET_PRECISIONS[self.target]
         if self.precision not in allowed:
             raise ConfigError(
                 f"precision {self.precision} does not run on target {self.target}; "
                 f"choose one of {', '.join(allowed)}"
             )
-        if self.attention not in ATTENTIONS:
-            raise ConfigError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
-        if self.target == "coreml" and self.attention not in ("auto", "plain"):
-            raise ConfigError(f"attention {self.attention!r} is a contrib/opset-23 kernel CoreML does not run; use plain")
+        check_attention(self.attention, self.target)
         if self.rope not in ROPES:
             raise ConfigError(f"unknown rope {self.rope!r}; choose one of {', '.join(ROPES)}")
         if self.target == "coreml" and self.rope == "contrib":
@@ -86,14 +79,13 @@ class ExportConfig:
             raise ConfigError(f"unknown reference {self.reference!r}; the only reference is 'torch'")
         if self.probe_length < 2:
             raise ConfigError(f"probe_length must be >= 2, got {self.probe_length}")
-        attention = _DEFAULT_ATTENTION[self.target] if self.attention == "auto" else self.attention
         level = self.accuracy_level
         if level is None:
             level = 4 if self.target == "cpu" else 0
         if level not in (0, 1, 2, 3, 4):
             raise ConfigError(f"accuracy_level must be 0..4, got {level!r}")
         rope = _DEFAULT_ROPE[self.target] if self.rope == "auto" else self.rope
-        return dataclasses.replace(self, attention=attention, rope=rope, accuracy_level=level)
+        return dataclasses.replace(self, rope=rope, accuracy_level=level)
 
     @property
     def float_dtype(self) -> str:

@@ -1,13 +1,15 @@
 """Model families: how LLaDA and Dream checkpoints name things. Hooks only, no math.
 
 A family reads its config.json keys into a ModelSpec (refusing any value the shared
-graph does not implement, naming the key) and says where each weight lives.
+graph does not implement, naming the key), says where each weight lives, and carries the
+generation defaults its package ships with.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..config import GenerationConfig
 from ..errors import ConfigError
 from .builder import GraphBuilder, LayerWeights
 from .checkpoint import ModelSpec, TokenizerFiles, require, require_values
@@ -17,6 +19,7 @@ class LladaBuilder(GraphBuilder):
     architecture = "llada"
     model_types = ("llada",)
     shift_logits = False
+    generation = GenerationConfig(block_length=32)  # LLaDA's published semi-autoregressive block
     MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|mdm_mask|>", "<|eot_id|>", "<|startoftext|>"
     # key -> the only value(s) the graph implements
     SUPPORTED = {
@@ -32,7 +35,7 @@ class LladaBuilder(GraphBuilder):
         d_model, n_heads = require(hf, "d_model"), require(hf, "n_heads")
         mlp = hf.get("mlp_hidden_size") or int(hf.get("mlp_ratio", 4) * d_model)
         return ModelSpec(
-            architecture="llada",
+            architecture=cls.architecture,
             vocab_size=hf.get("embedding_size") or require(hf, "vocab_size"),
             hidden_size=d_model,
             num_layers=require(hf, "n_layers"),
@@ -71,6 +74,7 @@ class DreamBuilder(GraphBuilder):
     architecture = "dream"
     model_types = ("dream",)
     shift_logits = True  # the decoder reads position i's distribution from row i-1
+    generation = GenerationConfig(algorithm="entropy")  # Dream's recommended timestep algorithm
     MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|mask|>", "<|im_end|>", None
     SUPPORTED = {"hidden_act": "silu", "rope_scaling": None, "use_sliding_window": (False, None)}
 
@@ -83,7 +87,7 @@ class DreamBuilder(GraphBuilder):
                               "(supported: 'default')")
         heads = require(hf, "num_attention_heads")
         return ModelSpec(
-            architecture="dream",
+            architecture=cls.architecture,
             vocab_size=require(hf, "vocab_size"),
             hidden_size=require(hf, "hidden_size"),
             num_layers=require(hf, "num_hidden_layers"),

@@ -12,11 +12,11 @@ import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version as dist_version
 from pathlib import Path
 
 from ..errors import ConfigError, ModelFormatError
 from ..manifest import Dims, GraphFiles, Manifest, SpecialIds, generation_defaults, sha256_file, write_manifest
-from ..config import GenerationConfig
 from .attention import OPSET
 from .builder import GraphBuilder
 from .checkpoint import read_config, read_tokenizer_files
@@ -28,13 +28,6 @@ from .progress import Progress
 from .safetensors_io import INDEX_NAME, CheckpointTensors
 from .validate import Agreement, validate
 
-# Package defaults that differ from GenerationConfig(), per family (the manifest stores only these).
-GENERATION_DEFAULTS = {
-    "llada": GenerationConfig(block_length=32),  # LLaDA's published semi-autoregressive block
-    "dream": GenerationConfig(algorithm="entropy"),  # Dream's recommended timestep algorithm
-}
-
-
 @dataclass(frozen=True)
 class ExportResult:
     path: Path
@@ -43,9 +36,11 @@ class ExportResult:
 
 
 def exporter_version() -> str:
-    from .. import __version__
-
-    return __version__
+    """The installed distribution's version (as `unmask.__version__`), read here so export needs no runtime module."""
+    try:
+        return dist_version("unmask")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0+unknown"
 
 
 def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str = "fp32", target: str = "cpu", *,
@@ -66,7 +61,7 @@ def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str 
     tensors = CheckpointTensors(src)
     builder = family(spec, tensors, cfg)
     builder.check_weights()
-    with staging(out) as tmp, Progress(count_reads(builder), f"export {spec.architecture} {cfg.precision}",
+    with staging(out) as tmp, Progress(builder.weight_reads(), f"export {spec.architecture} {cfg.precision}",
                                        quiet=cfg.quiet) as progress:
         builder.on_tensor = progress.advance
         files = build_graph(builder, tmp, cfg)
@@ -81,13 +76,6 @@ def export_model(src: str | os.PathLike, out: str | os.PathLike, precision: str 
                 progress.note(f"validation ({cfg.precision}, {cfg.probe_length}-token probes) {agreement.line()}")
         publish(tmp, out, cfg.force)
     return ExportResult(out, manifest, report)
-
-
-def count_reads(builder: GraphBuilder) -> int:
-    """Progress ticks: one per weight the builder reads (the tied head reads the table twice)."""
-    s = builder.spec
-    per_layer = 9 + (3 if s.qkv_bias else 0)
-    return 3 + s.num_layers * per_layer
 
 
 def build_graph(builder: GraphBuilder, folder: Path, cfg: ExportConfig) -> list[str]:
@@ -119,7 +107,7 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
         cache_reuse=True,
         graph=GraphFiles(file="model.onnx", files=hashes),
         size_bytes=sum((folder / name).stat().st_size for name in files),
-        generation=generation_defaults(GENERATION_DEFAULTS[s.architecture]),
+        generation=generation_defaults(builder.generation),
         chat_template=tokenizer.chat_template,
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,

@@ -1,7 +1,7 @@
-"""PyTorch reference forward for LLaDA and Dream, written from MODELS.md §1.
+"""PyTorch reference forward for LLaDA and Dream, written from docs/models.md (the forward pass).
 
 The independent check of every exported graph, and the model that
-`unmask.export.training` trains. One module computes the shared math; the two
+the checkout's training/ folder trains. One module computes the shared math; the two
 families differ only in their config keys and weight names, which live in the
 small `LladaModel` / `DreamModel` subclasses.
 
@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ModelFormatError
+from ..manifest import replacing, write_text_atomic
 
 
 @dataclass
@@ -203,16 +204,15 @@ class ReferenceModel(nn.Module):
 
     def save_pretrained(self, out_dir: str | os.PathLike, dtype: torch.dtype = torch.float32) -> None:
         """Write config.json + model.safetensors in the family's HF layout; each file is written to
-        a temporary name first and moved into place with os.replace."""
+        a temporary name first and moved into place (manifest.replacing)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         params = dict(self.named_parameters())
         tensors = {hf: params[name].detach().to(dtype).contiguous() for name, hf in self.hf_names().items()}
-        tmp = out / "model.safetensors.tmp"
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, out / "model.safetensors")
+        with replacing(out / "model.safetensors") as tmp:
+            save_file(tensors, str(tmp), metadata={"format": "pt"})
         config = dict(self.hf_config, torch_dtype=str(dtype).removeprefix("torch."))
-        _write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
+        write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
 
 
 def _init_weights(module: nn.Module, std: float) -> None:
@@ -220,12 +220,6 @@ def _init_weights(module: nn.Module, std: float) -> None:
         nn.init.normal_(module.weight, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _required(hf: dict[str, Any], key: str) -> Any:

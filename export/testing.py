@@ -21,6 +21,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..manifest import replacing
+
 LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>", "<|start_header_id|>", "<|end_header_id|>",
                   "<|eot_id|>"]
 DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
@@ -77,14 +79,12 @@ def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], 
         offset += size
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with replacing(path) as tmp, open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(blob)) + blob)
         for name, shape, make in entries:
             words = to_dtype_bytes(make(), dtype)
             assert words.shape == tuple(shape), (name, words.shape, shape)
             f.write(memoryview(np.ascontiguousarray(words)).cast("B"))
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------- tokenizer

@@ -10,7 +10,7 @@ Heavy submodules load on first use, so `import unmask` stays cheap.
 from importlib.metadata import PackageNotFoundError, version as _dist_version
 
 from ._lazy import lazy_getattr
-from .config import GenerationConfig
+from .config import GenerationConfig, ModelFacts
 from .errors import ConfigError, DeviceError, ModelFormatError, UnmaskError
 
 try:
@@ -34,6 +34,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "GenerationConfig",
+    "ModelFacts",
     "UnmaskError",
     "ConfigError",
     "ModelFormatError",

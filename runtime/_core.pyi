@@ -12,7 +12,20 @@ import numpy.typing as npt
 
 ABI_VERSION: int
 
-class Algorithm:
+class _Enum:
+    """What every pybind11 enum below offers (a typing aid: no such base class exists at runtime)."""
+
+    def __init__(self, value: int) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __int__(self) -> int: ...
+    def __index__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class Algorithm(_Enum):
     """Which positions to commit: LOW_CONFIDENCE and RANDOM follow LLaDA's block schedule,
     the other four Dream's timestep schedule."""
 
@@ -23,32 +36,25 @@ class Algorithm:
     TOPK_MARGIN: ClassVar[Algorithm]
     ENTROPY: ClassVar[Algorithm]
     __members__: ClassVar[dict[str, Algorithm]]
-    def __init__(self, value: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-    def __hash__(self) -> int: ...
-    def __int__(self) -> int: ...
-    def __index__(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
-class CacheMode:
+class CacheMode(_Enum):
     """Key/value reuse policy of Decoder.next_request()."""
 
     NONE: ClassVar[CacheMode]
     PREFIX: ClassVar[CacheMode]
     DUAL: ClassVar[CacheMode]
     __members__: ClassVar[dict[str, CacheMode]]
-    def __init__(self, value: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
-    def __hash__(self) -> int: ...
-    def __int__(self) -> int: ...
-    def __index__(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
+
+class StepKind(_Enum):
+    """Which forward pass a Request is (a label: what to do is spelled out by past_length and
+    stores_cache). FULL: no cache, the whole sequence; REFRESH: a block's first cached pass over
+    the whole sequence, its presents become the cache; WINDOW: a later step of the block, the
+    window against the cached past."""
+
+    FULL: ClassVar[StepKind]
+    REFRESH: ClassVar[StepKind]
+    WINDOW: ClassVar[StepKind]
+    __members__: ClassVar[dict[str, StepKind]]
 
 class DecodeParams:
     """The sampler's settings (csrc/params.h holds the defaults and a line on each field)."""
@@ -81,14 +87,21 @@ class Request:
     """What the next forward pass must compute."""
 
     @property
-    def window_start(self) -> int: ...
+    def kind(self) -> StepKind: ...
+    @property
+    def window_start(self) -> int:
+        """Absolute positions [window_start, window_end) are recomputed."""
     @property
     def window_end(self) -> int: ...
     @property
+    def past_length(self) -> int:
+        """Cached positions the window attends to: the first past_length outside the window, in order."""
+    @property
+    def stores_cache(self) -> bool:
+        """The window's presents become the cache at [window_start, window_end)."""
+    @property
     def logits_index(self) -> npt.NDArray[np.int64]:
         """Window-relative rows whose logits are needed (shift_logits already applied)."""
-    @property
-    def refresh(self) -> bool: ...
     @property
     def batch(self) -> int: ...
     @property
@@ -109,6 +122,9 @@ class StepEvent:
     def step(self) -> int: ...
     @property
     def filled(self) -> int: ...
+    @property
+    def final_end(self) -> int:
+        """Generation positions before this are final: every block there finished (length once done)."""
     @property
     def block_done(self) -> bool: ...
     @property
@@ -133,6 +149,15 @@ class Decoder:
     def prompt_length(self) -> int: ...
     @property
     def length(self) -> int: ...
+    @property
+    def batch(self) -> int:
+        """Rows of every request: 2 with classifier-free guidance, else 1."""
+    @property
+    def max_window(self) -> int:
+        """Widest window of a step that does not store its presents (sizes scratch buffers)."""
+    @property
+    def block_ends(self) -> npt.NDArray[np.int64]:
+        """Absolute end of each block's part of the generation region."""
     def next_request(self) -> Request: ...
     def input_ids(self) -> npt.NDArray[np.int64]:
         """int64 [batch, window] for the current request."""

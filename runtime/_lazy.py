@@ -1,4 +1,4 @@
-"""Module-level lazy attributes (PEP 562), shared by `unmask` and `unmask.export`."""
+"""Module-level lazy attributes (PEP 562) for the `unmask` package."""
 
 from importlib import import_module
 from typing import Any, Callable, Mapping

@@ -2,15 +2,19 @@
 
 A bench is a list of cases (GenerationConfig overrides) run over a few prompts:
 a baseline that commits one token per forward pass (steps = gen_length, cache
-none) and the parallel-decoding / key-value-cache variants the user asked for,
-so each speedup reads as a ratio against the baseline of the same gen_length.
+none) and the parallel-decoding / key-value-cache variants the user asked for
+(by default also a confidence threshold, DEFAULT_THRESHOLD), so each speedup reads
+as a ratio against the baseline of the same gen_length and prompt. A case whose
+settings equal an earlier one's is dropped, so no row is measured twice.
 Every case is measured `runs` times per prompt after `warmup` unmeasured runs;
-the report keeps medians, plus the per-step series of the median run for the
-chart (time per step, tokens committed per step).
+the report has one row per prompt and case: NFE, tokens and the per-step series
+of that prompt's median run (so NFE x tokens per forward = tokens in every row),
+medians over the runs for the times.
 
-Writers: bench.json (the schema below, SCHEMA), a Markdown table, and a chart —
-PNG through matplotlib when it is installed, otherwise a self-contained SVG drawn
-here. No click in this module: the CLI only maps flags onto `plan()` and `run()`.
+Writers: bench.json (the schema below, SCHEMA), a Markdown table, and bench.svg,
+drawn here as plain text (time per step and tokens committed per step, one
+labelled line per case). No click in this module: the CLI only maps flags onto
+`plan()` and `run()`.
 """
 
 from __future__ import annotations
@@ -21,17 +25,19 @@ import json
 import os
 import platform
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
-from html import escape
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .config import GenerationConfig
 from .errors import ConfigError
-from .stats import TokenRates, peak_rss_bytes
+from .stats import TokenRates
+
+if TYPE_CHECKING:  # unmask.model loads onnxruntime
+    from .model import Model
 
 SCHEMA = "unmask.bench/1"
+DEFAULT_THRESHOLD = 0.9  # the default run's parallel-decoding row (Fast-dLLM's usual setting)
 DEFAULT_PROMPTS = (
     "What is 12 + 30?",
     "Write one sentence about the sea.",
@@ -55,7 +61,11 @@ class Case:
 def plan(base: GenerationConfig, *, caches: Sequence[str | None] = (None,),
          thresholds: Sequence[float | None] = (None,),
          gen_lengths: Sequence[int | None] = (None,)) -> list[Case]:
-    """Baseline + every (cache, threshold) pair, for each gen_length; each case validated here."""
+    """Baseline + every (cache, threshold) pair, for each gen_length; each case validated here.
+
+    A case with the same settings as an earlier one (e.g. `--cache none` with steps = gen_length,
+    which is the baseline) is left out: it would only measure the same thing twice.
+    """
     cases = []
     for gen_length in gen_lengths:
         length = base.gen_length if gen_length is None else gen_length
@@ -76,12 +86,17 @@ def plan(base: GenerationConfig, *, caches: Sequence[str | None] = (None,),
                          else f"steps={cfg.resolved_steps}")
             label.append(f"L={length}")
             cases.append(Case(" ".join(label), overrides))
+    distinct, seen = [], set()
     for case in cases:
         try:
-            base.replace(**case.overrides).validate()
+            settings = base.replace(**case.overrides).validate().to_dict()
         except ConfigError as exc:
             raise ConfigError(f"bench case {case.name!r}: {exc}") from None
-    return cases
+        key = json.dumps(settings, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(case)
+    return distinct
 
 
 # ---------------------------------------------------------------------- one measured run
@@ -104,39 +119,24 @@ class RunRecord(TokenRates):
 Measure = Callable[[Any, GenerationConfig], RunRecord]
 
 
-def measure_model(model: Any, prompt: Any, config: GenerationConfig) -> RunRecord:
+def measure_model(model: "Model", prompt: Any, config: GenerationConfig) -> RunRecord:
     """Run one generation through `model.stream()` and time it (the default `measure`)."""
-    start = time.perf_counter()
     tokens_per_step: list[int] = []
     result = None
-    # every field as a keyword: Model.stream applies keywords verbatim on top of its defaults
-    stream = model.stream(**_prompt_kwargs(prompt), **config.to_dict())
-    for event in stream:
-        positions = getattr(event, "positions", None)
-        if positions is not None:
-            tokens_per_step.append(len(positions))
-        result = getattr(event, "result", None) or result
-    wall = time.perf_counter() - start
-    stats = _stream_stats(stream, result)
-    nfe = int(stats.nfe)
-    tokens = _stat(stats, "tokens", default=None)
+    for event in model.stream(**_prompt_kwargs(prompt), config=config):  # the finished config, as is
+        tokens_per_step.append(len(event.positions))
+        result = event.result or result
+    stats = result.stats
     return RunRecord(
-        nfe=nfe,
-        tokens=int(tokens) if tokens is not None else int(sum(tokens_per_step)),
-        total_seconds=float(_stat(stats, "total_seconds", default=wall) or wall),
-        time_to_first_block=float(_stat(stats, "first_block_seconds", "time_to_first_block", default=0.0) or 0.0),
-        forward_seconds=[float(s) for s in stats.forward_seconds],
-        host_seconds=[float(s) for s in stats.host_seconds],
+        nfe=stats.nfe,
+        tokens=stats.tokens,
+        total_seconds=stats.total_seconds,
+        time_to_first_block=stats.first_block_seconds or 0.0,
+        forward_seconds=list(stats.forward_seconds),
+        host_seconds=list(stats.host_seconds),
         tokens_per_step=tokens_per_step,
-        peak_rss=int(_stat(stats, "peak_rss_bytes", "peak_rss", default=0) or peak_rss_bytes()),
+        peak_rss=stats.peak_rss_bytes,
     )
-
-
-def _stat(stats: Any, *names: str, default: Any) -> Any:
-    for name in names:
-        if hasattr(stats, name):
-            return getattr(stats, name)
-    return default
 
 
 def _prompt_kwargs(prompt: Any) -> dict[str, Any]:
@@ -145,29 +145,21 @@ def _prompt_kwargs(prompt: Any) -> dict[str, Any]:
     return {"messages": list(prompt)}
 
 
-def _stream_stats(stream: Any, result: Any) -> Any:
-    for holder in (result, stream):
-        stats = getattr(holder, "stats", None)
-        if stats is not None:
-            return stats
-        inner = getattr(holder, "result", None)
-        if inner is not None and getattr(inner, "stats", None) is not None:
-            return inner.stats
-    raise RuntimeError("model.stream() gave no stats; cannot profile this model")
-
-
 # ---------------------------------------------------------------------- aggregate
 
 
 @dataclass
 class Row:
-    """Medians of one case over every prompt and run."""
+    """One case on one prompt: NFE, tokens and steps of the median run, medians of the times."""
 
     name: str
     baseline: bool
+    prompt: int  # index into the bench's prompts (0-based)
+    prompt_text: str  # the prompt, shortened for tables
     config: dict[str, Any]
     runs: int
-    nfe: float
+    nfe: int
+    tokens: int
     tokens_per_forward: float
     tokens_per_second: float
     time_to_first_block: float
@@ -180,7 +172,13 @@ class Row:
     steps: dict[str, list[float]] = field(default_factory=dict)  # series of the median run
 
 
-def aggregate(case: Case, config: GenerationConfig, records: Sequence[RunRecord]) -> Row:
+def aggregate(case: Case, config: GenerationConfig, records: Sequence[RunRecord], *, prompt: int = 0,
+              prompt_text: str = "") -> Row:
+    """One row from the measured runs of one case on one prompt.
+
+    NFE, tokens and tokens per forward come from one run (the median by total time), so they
+    always agree (NFE x tokens/forward = tokens); the times are medians over the runs.
+    """
     if not records:
         raise ValueError(f"no measured runs for {case.name}")
     median = statistics.median
@@ -189,10 +187,13 @@ def aggregate(case: Case, config: GenerationConfig, records: Sequence[RunRecord]
     return Row(
         name=case.name,
         baseline=case.baseline,
+        prompt=prompt,
+        prompt_text=prompt_text,
         config={k: getattr(config, k) for k in ROW_FIELDS},
         runs=len(records),
-        nfe=median(r.nfe for r in records),
-        tokens_per_forward=median(r.tokens_per_forward for r in records),
+        nfe=typical.nfe,
+        tokens=typical.tokens,
+        tokens_per_forward=typical.tokens_per_forward,
         tokens_per_second=median(r.tokens_per_second for r in records),
         time_to_first_block=median(r.time_to_first_block for r in records),
         total_seconds=median(r.total_seconds for r in records),
@@ -208,10 +209,10 @@ def aggregate(case: Case, config: GenerationConfig, records: Sequence[RunRecord]
 
 
 def add_ratios(rows: Sequence[Row]) -> None:
-    """Fill speedup / nfe_reduction against the baseline row of the same gen_length."""
-    baselines = {r.config["gen_length"]: r for r in rows if r.baseline}
+    """Fill speedup / nfe_reduction against the baseline row of the same gen_length and prompt."""
+    baselines = {(r.config["gen_length"], r.prompt): r for r in rows if r.baseline}
     for row in rows:
-        base = baselines.get(row.config["gen_length"])
+        base = baselines.get((row.config["gen_length"], row.prompt))
         if base is None:
             continue
         row.speedup = row.tokens_per_second / base.tokens_per_second if base.tokens_per_second else None
@@ -228,10 +229,23 @@ def _mean(values: Sequence[float]) -> float:
 Progress = Callable[[str, int, int], None]  # (case name, runs done, runs total)
 
 
+@dataclass(frozen=True)
+class Generation:
+    """One generation of the bench, in the order they ran (what a profiler trace is matched against)."""
+
+    measured: bool  # False for warm-up runs
+    nfe: int  # forward passes it made
+    step_seconds: float  # forward + host time of its steps
+
+
 def run(model: Any, cases: Sequence[Case], prompts: Sequence[Any], *, base: GenerationConfig,
         runs: int = 3, warmup: int = 1, measure: Measure | None = None,
-        on_progress: Progress | None = None) -> list[Row]:
-    """Measure every case: `warmup` unmeasured + `runs` measured generations per prompt."""
+        on_progress: Progress | None = None, timeline: list[Generation] | None = None) -> list[Row]:
+    """Measure every case: `warmup` unmeasured + `runs` measured generations per prompt.
+
+    One row per case and prompt, in plan order; `timeline`, when given, receives every
+    generation (warm-up ones included) as it runs.
+    """
     if runs < 1 or warmup < 0:
         raise ConfigError(f"runs must be >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
     if not prompts:
@@ -242,18 +256,28 @@ def run(model: Any, cases: Sequence[Case], prompts: Sequence[Any], *, base: Gene
     rows = []
     for case in cases:
         config = base.replace(**case.overrides).validate()
-        records = []
-        for prompt in prompts:
+        for index, prompt in enumerate(prompts):
+            records = []
             for i in range(warmup + runs):
                 record = measure(prompt, config)
                 if i >= warmup:
                     records.append(record)
+                if timeline is not None:
+                    seconds = sum(record.forward_seconds) + sum(record.host_seconds)
+                    timeline.append(Generation(i >= warmup, record.nfe, seconds))
                 done += 1
                 if on_progress:
                     on_progress(case.name, done, total)
-        rows.append(aggregate(case, config, records))
+            rows.append(aggregate(case, config, records, prompt=index, prompt_text=prompt_label(prompt)))
     add_ratios(rows)
     return rows
+
+
+def prompt_label(prompt: Any, width: int = 32) -> str:
+    """A prompt (text or chat messages) as one short line for tables."""
+    text = prompt if isinstance(prompt, str) else " / ".join(str(m.get("content", "")) for m in prompt)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def report(rows: Sequence[Row], *, model: Mapping[str, Any], device: Mapping[str, Any],
@@ -314,183 +338,26 @@ def read_prompts(path: str | os.PathLike) -> list[Any]:
     return prompts
 
 
-# ---------------------------------------------------------------------- writers
+# ---------------------------------------------------------------------- output folder
 
 
-def write_all(doc: Mapping[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
-    """bench.json, bench.md and bench.png|svg in `out_dir` (created); returns the paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
-    _atomic_write(paths["json"], json.dumps(doc, indent=2) + "\n")
-    _atomic_write(paths["markdown"], markdown(doc))
-    paths["chart"] = write_chart(doc, out)
-    return paths
-
-
-def markdown(doc: Mapping[str, Any]) -> str:
-    model, device = doc["model"], doc["device"]
-    head = [
-        f"# unmask bench: {model.get('name') or model.get('path', 'model')}",
-        "",
-        f"- model: {model.get('architecture', '?')}, {model.get('precision', '?')}, "
-        f"{_mib(model.get('size_bytes', 0)):.1f} MiB",
-        f"- device: {device.get('provider', '?')}, {device.get('threads', '?')} threads, "
-        f"{device.get('processor', '')} ({device.get('logical_cores', '?')} logical cores)",
-        f"- medians over {doc['settings']['runs']} runs x {doc['settings']['prompts']} prompts "
-        f"after {doc['settings']['warmup']} warm-up run(s); unmask {doc.get('unmask_version', '?')}",
-        "",
-    ]
-    columns = ["config", "NFE", "tokens/forward", "tokens/s", "speedup", "NFE ratio",
-               "first block ms", "forward ms/step", "host ms/step", "peak RSS MiB"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for row in doc["rows"]:
-        cells = [
-            row["name"],
-            f"{row['nfe']:g}",
-            f"{row['tokens_per_forward']:.2f}",
-            f"{row['tokens_per_second']:.1f}",
-            _ratio(row.get("speedup")),
-            _ratio(row.get("nfe_reduction")),
-            f"{row['time_to_first_block'] * 1e3:.1f}",
-            f"{row['forward_seconds_per_step'] * 1e3:.2f}",
-            f"{row['host_seconds_per_step'] * 1e3:.2f}",
-            f"{_mib(row['peak_rss']):.0f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(head + lines) + "\n"
-
-
-def write_chart(doc: Mapping[str, Any], out_dir: Path) -> Path:
-    """bench.png with matplotlib, else bench.svg from our own drawing code."""
+def prepare_output(folder: str | os.PathLike, *, force: bool = False) -> Path:
+    """Create the output folder before any measuring: an existing one is refused without `force`,
+    one that cannot be created or written to is a one-line ConfigError."""
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a folder; choose another --out")
+    if out.exists() and not force:
+        raise ConfigError(f"{out} already exists; pass --force to overwrite its bench files, or choose another --out")
     try:
-        import matplotlib  # noqa: F401  (optional)
-    except ImportError:
-        path = out_dir / "bench.svg"
-        _atomic_write(path, svg_chart(doc))
-        return path
-    path = out_dir / "bench.png"
-    _png_chart(doc, path)
-    return path
-
-
-def _series(doc: Mapping[str, Any]) -> list[tuple[str, list[float], list[float]]]:
-    """(name, ms per step, tokens per step) for each row."""
-    out = []
-    for row in doc["rows"]:
-        steps = row.get("steps") or {}
-        fwd, host = steps.get("forward_seconds", []), steps.get("host_seconds", [])
-        ms = [(f + (host[i] if i < len(host) else 0.0)) * 1e3 for i, f in enumerate(fwd)]
-        out.append((row["name"], ms, [float(t) for t in steps.get("tokens", [])]))
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".unmask-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"cannot write bench results to {out} ({reason}); choose another --out") from None
     return out
-
-
-def _png_chart(doc: Mapping[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
-    for name, ms, tokens in _series(doc):
-        top.plot(range(1, len(ms) + 1), ms, label=name, linewidth=1.2)
-        bottom.step(range(1, len(tokens) + 1), tokens, where="mid", label=name, linewidth=1.2)
-    top.set_ylabel("time per step (ms)")
-    bottom.set_ylabel("tokens committed per step")
-    bottom.set_xlabel("step (forward pass)")
-    top.legend(fontsize="small")
-    top.set_title(f"unmask bench: {doc['model'].get('name') or doc['model'].get('path', '')}")
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-
-
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-
-
-def svg_chart(doc: Mapping[str, Any], width: int = 760, panel_height: int = 220) -> str:
-    """Two stacked line panels (ms per step, tokens per step), one polyline per row, plus a legend."""
-    series = _series(doc)
-    left, right, top_pad, gap = 60, 20, 40, 50
-    legend_h = 18 * len(series) + 10
-    height = top_pad + 2 * panel_height + gap + 40 + legend_h
-    plot_w = width - left - right
-    max_steps = max((len(ms) for _, ms, _ in series), default=1) or 1
-    title = escape(f"unmask bench: {doc['model'].get('name') or doc['model'].get('path', '')}")
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-    ]
-    panels = [("time per step (ms)", 1), ("tokens committed per step", 2)]
-    for index, (label, column) in enumerate(panels):
-        y0 = top_pad + index * (panel_height + gap)
-        values = [v for s in series for v in s[column]]
-        y_max = _nice_max(max(values, default=1.0))
-        parts.append(f'<rect x="{left}" y="{y0}" width="{plot_w}" height="{panel_height}" '
-                     f'fill="none" stroke="#999"/>')
-        for tick in range(5):
-            value = y_max * tick / 4
-            y = y0 + panel_height - panel_height * tick / 4
-            parts.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" '
-                         f'stroke="#eee"/>')
-            parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{value:g}</text>')
-        parts.append(f'<text x="14" y="{y0 + panel_height / 2}" text-anchor="middle" '
-                     f'transform="rotate(-90 14 {y0 + panel_height / 2})">{escape(label)}</text>')
-        for n, s in enumerate(series):
-            ys = s[column]
-            if not ys:
-                continue
-            points = " ".join(
-                f"{left + plot_w * (i + 0.5) / max_steps:.1f},{y0 + panel_height * (1 - v / y_max):.1f}"
-                for i, v in enumerate(ys)
-            )
-            parts.append(f'<polyline points="{points}" fill="none" stroke="{_PALETTE[n % len(_PALETTE)]}" '
-                         f'stroke-width="1.5"/>')
-    axis_y = top_pad + 2 * panel_height + gap
-    for tick in range(5):
-        step = max_steps * tick / 4
-        x = left + plot_w * tick / 4
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{step:g}</text>')
-    parts.append(f'<text x="{left + plot_w / 2}" y="{axis_y + 30}" text-anchor="middle">step (forward pass)</text>')
-    for n, (name, _, _) in enumerate(series):
-        y = axis_y + 48 + 18 * n
-        color = _PALETTE[n % len(_PALETTE)]
-        parts.append(f'<line x1="{left}" y1="{y - 4}" x2="{left + 24}" y2="{y - 4}" stroke="{color}" '
-                     f'stroke-width="3"/>')
-        parts.append(f'<text x="{left + 30}" y="{y}">{escape(name)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
-def _nice_max(value: float) -> float:
-    """Round an axis maximum up to 1, 2 or 5 times a power of ten."""
-    if value <= 0:
-        return 1.0
-    import math
-
-    power = 10 ** math.floor(math.log10(value))
-    for mult in (1, 2, 5, 10):
-        if value <= mult * power:
-            return mult * power
-    return 10 * power
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _mib(n: float) -> float:
-    return (n or 0) / (1 << 20)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def parse_list(text: str | None, convert: Callable[[str], Any]) -> list[Any]:
@@ -500,10 +367,5 @@ def parse_list(text: str | None, convert: Callable[[str], Any]) -> list[Any]:
     return [convert(item.strip()) for item in text.split(",") if item.strip()] or [None]
 
 
-def summary(rows: Iterable[Row]) -> str:
-    """A short plain-text table for the terminal."""
-    out = [f"{'config':<44} {'NFE':>6} {'tok/fwd':>8} {'tok/s':>9} {'speedup':>8}"]
-    for r in rows:
-        out.append(f"{r.name:<44} {r.nfe:>6g} {r.tokens_per_forward:>8.2f} {r.tokens_per_second:>9.1f} "
-                   f"{_ratio(r.speedup):>8}")
-    return "\n".join(out)
+# the writers live in bench_report.py; re-exported so `bench.write_all(doc, folder)` stays one import
+from .bench_report import markdown, summary, svg_chart, write_all  # noqa: E402

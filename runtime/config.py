@@ -2,8 +2,9 @@
 
 The same field names are the Python keyword overrides, the CLI flags
 (`--gen-length` for `gen_length`), the `/set` keys of `unmask chat` and the
-`generation` defaults in a package manifest. Model facts (mask/eos/eot ids,
-shift_logits) are normally filled from the manifest, not by the user.
+`generation` defaults in a package manifest; each field's help text is its
+`metadata["help"]`. What the model itself dictates (mask/eos/eot ids,
+shift_logits) is not a setting: it is a `ModelFacts`, read from the manifest.
 """
 
 from __future__ import annotations
@@ -26,40 +27,40 @@ CACHE_MODES = ("none", "prefix", "dual")
 _PARALLEL_ALGORITHMS = ("low_confidence", "maskgit_plus", "topk_margin")
 
 
+def _setting(default: Any, help: str) -> Any:
+    """A GenerationConfig field with its one-line help (the CLI flag's help text)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class GenerationConfig:
     """Settings of one generation. Every field has a default; `validate()` rejects contradictions."""
 
     # --- what to generate
-    gen_length: int = 128  # tokens in the generated region (all start masked)
-    steps: int | None = None  # forward passes budget; None -> gen_length (one token per step)
-    block_length: int | None = None  # semi-autoregressive block size; None -> one block (gen_length)
-    algorithm: str = "low_confidence"  # LLaDA block schedule: low_confidence, random; Dream timesteps: origin, maskgit_plus, topk_margin, entropy
+    gen_length: int = _setting(128, "tokens in the generated region (all start masked)")
+    steps: int | None = _setting(None, "forward passes budget; None -> gen_length (one token per step)")
+    block_length: int | None = _setting(None, "semi-autoregressive block size; None -> one block (gen_length)")
+    algorithm: str = _setting("low_confidence", "LLaDA block schedule: low_confidence, random; "
+                                                "Dream timesteps: origin, maskgit_plus, topk_margin, entropy")
 
     # --- Fast-dLLM parallel decoding (replace the fixed per-step count)
-    threshold: float | None = None  # commit every masked position with confidence >= threshold
-    factor: float | None = None  # commit rank n while confidence >= 1 - factor/(n+1)
+    threshold: float | None = _setting(None, "commit every masked position with confidence >= threshold")
+    factor: float | None = _setting(None, "commit rank n while confidence >= 1 - factor/(n+1)")
 
     # --- token sampling
-    temperature: float = 0.0  # 0 = greedy argmax
-    top_k: int | None = None  # keep the k most likely tokens (Dream sampler); None = off
-    top_p: float | None = None  # nucleus filter (Dream sampler); None = off
-    alg_temp: float = 0.0  # Dream: > 0 draws positions from softmax(confidence / alg_temp)
-    eps: float = 1e-3  # Dream: last timestep of linspace(1, eps, steps + 1)
-    cfg_scale: float = 0.0  # classifier-free guidance; 0 = off, > 0 doubles the batch
-    logits_eos_inf: bool = False  # forbid EOS as a token (its logit becomes -inf)
-    confidence_eos_eot_inf: bool = False  # LLaDA: rank EOS/EoT last when choosing positions
-    early_stop: bool = True  # stop once a finished block holds EOS (rest becomes EOS)
-    seed: int = 0  # RNG seed: same seed, same tokens, whatever the thread count
+    temperature: float = _setting(0.0, "0 = greedy argmax")
+    top_k: int | None = _setting(None, "keep the k most likely tokens (Dream sampler); None = off")
+    top_p: float | None = _setting(None, "nucleus filter (Dream sampler); None = off")
+    alg_temp: float = _setting(0.0, "Dream: > 0 draws positions from softmax(confidence / alg_temp)")
+    eps: float = _setting(1e-3, "Dream: last timestep of linspace(1, eps, steps + 1)")
+    cfg_scale: float = _setting(0.0, "classifier-free guidance; 0 = off, > 0 doubles the batch")
+    logits_eos_inf: bool = _setting(False, "forbid EOS as a token (its logit becomes -inf)")
+    confidence_eos_eot_inf: bool = _setting(False, "LLaDA: rank EOS/EoT last when choosing positions")
+    early_stop: bool = _setting(True, "stop once a finished block holds EOS (rest becomes EOS)")
+    seed: int = _setting(0, "RNG seed: same seed, same tokens, whatever the thread count")
 
     # --- engine
-    cache: str | None = None  # key/value reuse: none | prefix | dual; None -> dual when the package allows
-
-    # --- model facts (filled from the package manifest)
-    mask_id: int | None = None
-    eos_id: int | None = None
-    eot_id: int | None = None
-    shift_logits: bool = False  # Dream: position i reads its distribution from row i-1
+    cache: str | None = _setting(None, "key/value reuse: none | prefix | dual; None -> dual when the package allows")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -102,8 +103,12 @@ class GenerationConfig:
         return dataclasses.asdict(self)
 
     # ------------------------------------------------------------------ checking
-    def validate(self) -> "GenerationConfig":
-        """Raise ConfigError on any invalid or contradictory setting; return self."""
+    def validate(self, facts: "ModelFacts | None" = None) -> "GenerationConfig":
+        """Raise ConfigError on any invalid or contradictory setting; return self.
+
+        With `facts`, also the settings this model's token ids cannot honour. This is the one
+        user-facing check; the C++ core only asserts what it was given.
+        """
         _check_int("gen_length", self.gen_length, minimum=1)
         if self.steps is not None:
             _check_int("steps", self.steps, minimum=1)
@@ -151,11 +156,60 @@ class GenerationConfig:
         _check_int("seed", self.seed, minimum=0)
         if self.cache is not None and self.cache not in CACHE_MODES:
             raise ConfigError(f"unknown cache mode {self.cache!r}; choose one of {', '.join(CACHE_MODES)}")
-        for name in ("mask_id", "eos_id", "eot_id"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_int(name, value, minimum=0)
+        for name in ("logits_eos_inf", "confidence_eos_eot_inf", "early_stop"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if facts is not None:
+            self._check_against(facts)
         return self
+
+    def _check_against(self, facts: "ModelFacts") -> None:
+        """The rules that need the model's token ids (the C++ core asserts the same)."""
+        if not isinstance(facts, ModelFacts):
+            raise ConfigError(f"facts must be a ModelFacts, got {type(facts).__name__}")
+        if self.logits_eos_inf and facts.eos_id is None:
+            raise ConfigError("logits_eos_inf forbids the EOS token, but this model has no eos_id")
+        if self.confidence_eos_eot_inf and facts.eos_id is None and facts.eot_id is None:
+            raise ConfigError("confidence_eos_eot_inf ranks EOS/EoT last, but this model has neither id")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the decoder must know about the model itself; a package's manifest holds them
+    (`Manifest.model_facts()`), bring-your-own-forward callers give them to `unmask.decode`."""
+
+    mask_id: int  # the [MASK] token every generated position starts as
+    eos_id: int | None = None  # end of text: early stop and the EOS rules look for it
+    eot_id: int | None = None  # end of turn (LLaDA <|eot_id|>, Dream <|im_end|>)
+    shift_logits: bool = False  # Dream: position i reads its distribution from row i-1
+
+    def __post_init__(self) -> None:
+        _check_int("mask_id", self.mask_id, minimum=0)
+        for name in ("eos_id", "eot_id"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=0)
+        if not isinstance(self.shift_logits, bool):
+            raise ConfigError(f"shift_logits must be True or False, got {self.shift_logits!r}")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "ModelFacts":
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"unknown model fact(s) {', '.join(unknown)}; valid: mask_id, eos_id, eot_id, "
+                              f"shift_logits")
+        if "mask_id" not in values:
+            raise ConfigError("mask_id is required (the model's [MASK] token id)")
+        return cls(**dict(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_threads(threads: Any) -> int | None:
+    """The one rule for a thread count, at every entry (load, decode, device selection, CLI)."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"threads must be a positive integer (or None for the device profile's), got {threads!r}")
+    return threads
 
 
 def _num(name: str, value: Any) -> float:

@@ -1,6 +1,7 @@
 """Bring-your-own-forward decoding: the C++ unmasking loop driven by any Python forward.
 
-    result = unmask.decode(forward, prompt_ids, config)   # forward(ids int64[B, L]) -> float32[B, L, V]
+    facts = unmask.ModelFacts(mask_id=126336, eos_id=126081)
+    result = unmask.decode(forward, prompt_ids, config, facts=facts)  # forward(ids int64[B, L]) -> float32[B, L, V]
 
 `make_decoder` is the one place a GenerationConfig becomes the C++ params struct; the
 runtime Engine uses it too and drives `next_request()` / `advance()` itself (cache windows).
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _core
-from .config import GenerationConfig
+from .config import GenerationConfig, ModelFacts, check_threads
 from .errors import ConfigError
 
 _ALGORITHMS = {
@@ -71,15 +72,13 @@ class DecodeResult:
         return self.ids[self.prompt_length :]
 
 
-def to_params(config: GenerationConfig, *, cache: str = "none", threads: int | None = None) -> "_core.DecodeParams":
-    """GenerationConfig -> the C++ params struct (validates first; mask_id is required)."""
-    config.validate()
-    if config.mask_id is None:
-        raise ConfigError("mask_id must be set (the model's [MASK] token id; normally from the package manifest)")
-    if cache not in _CACHE_MODES:
-        raise ConfigError(f"unknown cache mode {cache!r}; choose one of {', '.join(_CACHE_MODES)}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
-        raise ConfigError(f"threads must be an integer >= 0, got {threads!r}")
+def to_params(config: GenerationConfig, facts: ModelFacts, *, threads: int | None = None) -> "_core.DecodeParams":
+    """A checked GenerationConfig + ModelFacts -> the C++ params struct (a field-by-field copy).
+
+    Checking is the caller's (`config.validate(facts)`, `check_threads`): the C++ core only
+    asserts what it gets. An unresolved cache (None: no package says reuse is possible) runs
+    without reuse.
+    """
     p = _core.DecodeParams()
     p.gen_length = config.gen_length
     p.steps = config.resolved_steps
@@ -97,38 +96,42 @@ def to_params(config: GenerationConfig, *, cache: str = "none", threads: int | N
     p.confidence_eos_eot_inf = config.confidence_eos_eot_inf
     p.early_stop = config.early_stop
     p.seed = config.seed
-    p.cache = _CACHE_MODES[cache]
-    p.mask_id = config.mask_id
-    p.eos_id = config.eos_id
-    p.eot_id = config.eot_id
-    p.shift_logits = config.shift_logits
+    p.cache = _CACHE_MODES[config.cache or "none"]
+    p.mask_id = facts.mask_id
+    p.eos_id = facts.eos_id
+    p.eot_id = facts.eot_id
+    p.shift_logits = facts.shift_logits
     p.threads = threads or 0
     return p
 
 
-def _ids_array(name: str, ids: Any) -> np.ndarray:
-    if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
-        got = f"{ids.dtype}[{', '.join(map(str, ids.shape))}]" if isinstance(ids, np.ndarray) else type(ids).__name__
-        raise ValueError(f"{name} must be a 1-D int64 numpy array (np.asarray(ids, dtype=np.int64)), got {got}")
-    return np.ascontiguousarray(ids)
+def token_ids(name: str, ids: Any) -> np.ndarray:
+    """Token ids as a contiguous int64 array: any 1-D sequence of integers (list, numpy array)."""
+    array = np.asarray(ids)
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise ConfigError(f"{name} must be a 1-D sequence of integer token ids (list or int64 array), "
+                          f"got {type(ids).__name__} of shape {array.shape} and dtype {array.dtype}")
+    return np.ascontiguousarray(array, dtype=np.int64)
 
 
 def make_decoder(
     config: GenerationConfig,
-    prompt_ids: np.ndarray,
+    facts: ModelFacts,
+    prompt_ids: Any,
     *,
-    template: np.ndarray | None = None,
+    template: Any = None,
     infill: bool = False,
-    cache: str = "none",
     threads: int | None = None,
 ) -> "_core.Decoder":
-    """A C++ Decoder for one generation (see CONTRACTS.md for the request/advance protocol)."""
-    params = to_params(config, cache=cache, threads=threads)
-    prompt = _ids_array("prompt_ids", prompt_ids)
+    """A C++ Decoder for one checked config (docs/architecture.md describes the request/advance protocol).
+
+    The cache mode is `config.cache`; the caller has run `config.validate(facts)`.
+    """
+    prompt = token_ids("prompt_ids", prompt_ids)
     if prompt.size == 0:
-        raise ValueError("prompt_ids is empty: give at least one token (e.g. BOS)")
-    fixed = None if template is None else _ids_array("template", template)
-    return _core.Decoder(params, prompt, fixed, bool(infill))
+        raise ConfigError("prompt_ids is empty: give at least one token (e.g. BOS)")
+    fixed = None if template is None else token_ids("template", template)
+    return _core.Decoder(to_params(config, facts, threads=threads), prompt, fixed, bool(infill))
 
 
 def _check_logits(logits: Any, batch: int, length: int) -> np.ndarray:
@@ -148,20 +151,29 @@ def _check_logits(logits: Any, batch: int, length: int) -> np.ndarray:
 
 def decode(
     forward: Callable[[np.ndarray], Any],
-    prompt_ids: np.ndarray,
+    prompt_ids: Any,
     config: GenerationConfig,
     on_step: Callable[[StepEvent], None] | None = None,
     *,
-    template: np.ndarray | None = None,
+    facts: ModelFacts,
+    template: Any = None,
     infill: bool = False,
     threads: int | None = None,
 ) -> DecodeResult:
     """Run the unmasking loop with `forward(ids int64[B, L]) -> logits[B, L, V]` (B = 2 with CFG).
 
+    `facts` says what the loop must know about the model: `ModelFacts(mask_id=..., eos_id=...)`.
+    `prompt_ids` (and `template`) are any 1-D sequences of integer ids.
     Every forward sees the whole sequence (cache "none"; config.cache does not apply here).
     An exception raised by `forward` or `on_step` propagates unchanged; the decoder is dropped.
     """
-    decoder = make_decoder(config, prompt_ids, template=template, infill=infill, cache="none", threads=threads)
+    if not isinstance(config, GenerationConfig):
+        raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
+    if not isinstance(facts, ModelFacts):
+        raise ConfigError(f"facts must be a ModelFacts (mask_id, eos_id, ...), got {type(facts).__name__}")
+    config.validate(facts)
+    decoder = make_decoder(config.replace(cache="none"), facts, prompt_ids, template=template, infill=infill,
+                           threads=check_threads(threads))
     stats = DecodeStats()
     while not decoder.done:
         request = decoder.next_request()

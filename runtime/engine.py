@@ -1,15 +1,17 @@
 """Engine: runs the package graph for the Decoder's requests, with key/value reuse.
 
 One ONNX Runtime session, one IOBinding per generation, and every buffer allocated
-once per generation (`start`), so a step only rebinds the few small inputs that
-change (window ids, logits rows) and the logits output view:
+once per generation (`begin`), so a step only rebinds the few small inputs that
+change (window ids, logits rows) and the logits output view. The engine does what the
+request says and decides nothing itself (the Decoder's step kinds, csrc/decoder.h):
 
-    refresh step   window = whole sequence, past empty; the presents ARE the cache
-                   (bound straight into `cache_key[l]`/`cache_value[l]`, [B, H_kv, L, D])
-    window step    past = cache of every position outside the window, gathered once per
-                   block into a preallocated buffer (the window is the same for every
-                   step of a block); presents go to a scratch buffer nobody reads
-    none           window = whole sequence, past empty, presents to scratch
+    stores_cache   the presents ARE the cache (bound straight into `cache_key[l]` /
+                   `cache_value[l]`, [B, H_kv, L, D]); today only a whole-sequence refresh
+    past_length    the window attends to the first past_length cached positions outside
+                   it, gathered once per window into a preallocated buffer (the window is
+                   the same for every later step of a block); 0 = no past
+    otherwise      presents go to a scratch buffer nobody reads, sized by the Decoder's
+                   max_window
 
 Attention is bidirectional and K/V are cached after RoPE, so the past's order does not
 matter: for dual the past is prefix followed by suffix.
@@ -122,13 +124,15 @@ class EngineRun:
             return self._forward_generic(request, input_ids)
         binding = self._binding
         start, end = int(request.window_start), int(request.window_end)
-        refresh = bool(request.refresh)
-        if refresh and (self.cache == "none" or (start, end) != (0, self.length)):
-            raise RuntimeError(f"refresh must cover the whole sequence with a cache, got [{start}, {end})")
-        key = (start, end, refresh)
+        past, stores = int(request.past_length), bool(request.stores_cache)
+        if stores and (self.cache == "none" or (start, end) != (0, self.length)):
+            raise RuntimeError(f"storing the cache needs a cache and the whole sequence, got [{start}, {end})")
+        if past and (self.cache == "none" or past > self.length - (end - start)):
+            raise RuntimeError(f"a past of {past} positions around [{start}, {end}) does not fit this run's cache")
+        key = (start, end, past, stores)
         if key != self._bound_window:
-            self._bind_window(start, end, refresh)
-            self._bound_window = None if refresh else key  # the cache changes at every refresh
+            self._bind_window(start, end, past, stores)
+            self._bound_window = None if stores else key  # the cache changes at every store
         binding.bind_cpu_input("input_ids", input_ids)
         rows = np.ascontiguousarray(request.logits_index, dtype=np.int64)
         binding.bind_cpu_input("logits_index", rows)
@@ -141,26 +145,26 @@ class EngineRun:
         self.session.run_with_iobinding(binding)
         return logits, time.perf_counter() - t0
 
-    def _bind_window(self, start: int, end: int, refresh: bool) -> None:
+    def _bind_window(self, start: int, end: int, past_length: int, stores: bool) -> None:
         lay, binding = self.layout, self._binding
         width = end - start
         positions = np.ascontiguousarray(np.broadcast_to(np.arange(start, end, dtype=np.int64), (self.batch, width)))
         binding.bind_cpu_input("position_ids", positions)
-        window_past = not refresh and self.cache != "none"
         for l in range(lay.num_layers):
             for kind in ("key", "value"):
-                past = self._gather_past(kind, l, start, end) if window_past else self._empty_past
+                past = self._gather_past(kind, l, start, end, past_length) if past_length else self._empty_past
                 binding.bind_cpu_input(f"past_{kind}.{l}", past)
-                present = self._cache[kind, l] if refresh else self._view(self._scratch[kind, l], width)
+                present = self._cache[kind, l] if stores else self._view(self._scratch[kind, l], width)
                 binding.bind_output(f"present_{kind}.{l}", "cpu", 0, present.dtype, list(present.shape),
                                     present.ctypes.data)
 
-    def _gather_past(self, kind: str, layer: int, start: int, end: int) -> np.ndarray:
-        """The refresh K or V of every position outside [start, end), contiguous."""
+    def _gather_past(self, kind: str, layer: int, start: int, end: int, past_length: int) -> np.ndarray:
+        """The cached K or V of the first past_length positions outside [start, end), contiguous."""
         cache = self._cache[kind, layer]
-        past = self._view(self._past[kind, layer], self.length - (end - start))
-        past[:, :, :start] = cache[:, :, :start]
-        past[:, :, start:] = cache[:, :, end:]
+        past = self._view(self._past[kind, layer], past_length)
+        before = min(start, past_length)
+        past[:, :, :before] = cache[:, :, :before]
+        past[:, :, before:] = cache[:, :, end : end + past_length - before]
         return past
 
     def _view(self, flat: np.ndarray, positions: int) -> np.ndarray:

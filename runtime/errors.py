@@ -1,7 +1,7 @@
 """The exception types every public entry point raises.
 
 Tests and callers match these types, never message text. The C++ core's
-exceptions are translated to the same types in one place (csrc/bindings.cpp).
+exceptions are translated to the same types in one place (register_errors in csrc/numpy_io.cpp).
 """
 
 

@@ -60,7 +60,7 @@ def no_tasks_message(folder: Path) -> str:
         f"in it. The embedded model can be evaluated (`unmask eval` without a package); a package exported "
         f"from a checkpoint trained on unmask.tasks can be evaluated once its folder has a {TASKS_FILE} such as "
         f'{{"generator": "{GENERATOR}", "families": ["tool_call", "arithmetic"], "gen_length": {tasks.GEN_LENGTH}}} '
-        f"(`python -m unmask.export.ship_default CHECKPOINT OUT` writes one)"
+        f"(in an unmask checkout, `python -m training.ship_default CHECKPOINT --out OUT` writes one)"
     )
 
 
@@ -185,11 +185,10 @@ def total(name: str, answers: Sequence[Answer]) -> Score:
 # ---------------------------------------------------------------------- evaluation
 
 
-def eval_config(model, spec: TaskSpec, config: GenerationConfig | None = None, **overrides: Any) -> GenerationConfig:
-    """Package defaults <- the tasks' gen_length as one block <- config / overrides, validated."""
-    if config is not None:
-        return model.resolve_config(config, **overrides)
-    return model.resolve_config(**{"gen_length": spec.gen_length, "block_length": None, **overrides})
+def task_defaults(spec: TaskSpec) -> dict[str, Any]:
+    """The settings the tasks were trained with, between the package's defaults and the caller's:
+    their gen_length, in one block."""
+    return {"gen_length": spec.gen_length, "block_length": None}
 
 
 def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = DEFAULT_LIMIT,
@@ -222,7 +221,8 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
         model = load(model, device=device, threads=threads)
     spec = read_task_spec(model.package.folder)
     chosen = choose_families(spec, families)
-    cfg = eval_config(model, spec, config, **overrides)
+    cfg = (model.resolve_config(config, **overrides) if config is not None
+           else model.resolve_config(**{**task_defaults(spec), **overrides}))
     try:
         examples = tasks.make_examples("heldout", limit, families=chosen)
     except ValueError as exc:  # more than the held-out split holds (unit conversions run out first)
@@ -258,4 +258,4 @@ def format_table(report: EvalReport) -> str:
 
 
 __all__ = ["TASKS_FILE", "GENERATOR", "DEFAULT_LIMIT", "TaskSpec", "read_task_spec", "write_task_spec",
-           "choose_families", "Score", "Answer", "EvalReport", "evaluate", "eval_config", "format_table"]
+           "choose_families", "Score", "Answer", "EvalReport", "evaluate", "task_defaults", "format_table"]

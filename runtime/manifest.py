@@ -7,7 +7,8 @@ settings (only those that differ from `GenerationConfig()`), and the chat templa
 
     from unmask.manifest import read_manifest
     m = read_manifest("llada-int4")
-    cfg = m.generation_config()          # GenerationConfig with package defaults + model facts
+    cfg = m.generation_config()          # GenerationConfig with the package's defaults
+    facts = m.model_facts()              # ModelFacts: mask/eos/eot ids, shift_logits
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from .config import GenerationConfig
+from .config import GenerationConfig, ModelFacts
 from .errors import ConfigError, ModelFormatError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "unmask.json"
 
 ARCHITECTURES = ("llada", "dream", "generic")
+# The one home of the precision and target names: the exporter's ExportConfig and the device
+# profiles import these (which precisions each target can run is export.config.TARGET_PRECISIONS).
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 TARGETS = ("cpu", "cuda", "dml", "coreml")
 KV_DTYPES = ("float32", "float16")
@@ -66,7 +70,7 @@ class GraphFiles:
 
 @dataclass
 class Manifest:
-    """Contents of unmask.json (see CONTRACTS.md, 'Model package')."""
+    """Contents of unmask.json (every key is described in docs/manifest.md)."""
 
     architecture: str
     dims: Dims
@@ -87,14 +91,13 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def generation_config(self, **overrides: Any) -> GenerationConfig:
-        """GenerationConfig = defaults <- package defaults <- model facts <- overrides."""
-        facts = dict(
-            mask_id=self.special_ids.mask_id,
-            eos_id=self.special_ids.eos_id,
-            eot_id=self.special_ids.eot_id,
-            shift_logits=self.shift_logits,
-        )
-        return GenerationConfig.from_dict({**self.generation, **facts}).replace(**overrides)
+        """GenerationConfig = defaults <- package defaults <- overrides."""
+        return GenerationConfig.from_dict(self.generation).replace(**overrides)
+
+    def model_facts(self) -> ModelFacts:
+        """What the decoder needs to know about this model (its token ids, the logit shift)."""
+        ids = self.special_ids
+        return ModelFacts(mask_id=ids.mask_id, eos_id=ids.eos_id, eot_id=ids.eot_id, shift_logits=self.shift_logits)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -111,11 +114,28 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike) -> Path:
     target = Path(path)
     if target.is_dir():
         target = target / MANIFEST_NAME
-    text = json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    write_text_atomic(target, json.dumps(manifest.to_dict(), indent=2, ensure_ascii=False) + "\n")
     return target
+
+
+@contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary name beside `path`; once the block succeeds, move it onto `path` in one
+    step (os.replace), so a reader never sees a half-written file. On failure it is removed."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp{target.suffix}")  # suffix kept: savefig reads it
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through `replacing`."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 def generation_defaults(config: GenerationConfig) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -27,12 +26,13 @@ import numpy as np
 import onnxruntime as ort
 
 from .chat import ChatTemplate, check_messages
-from .config import GenerationConfig
+from .config import GenerationConfig, ModelFacts, check_threads
 from .engine import Engine
 from .errors import ConfigError, ModelFormatError
 from .manifest import Manifest
 from .package import Package, open_package
 from .stats import GenerationStats, peak_rss_bytes
+from .store import resolve as resolve_model
 from .tokenizer import Tokenizer
 
 DEFAULT_MODEL = ("models", "default")  # inside the installed package: unmask/models/default/
@@ -64,27 +64,38 @@ class StreamEvent:
     done: bool  # generation finished
     text: str = ""  # newly finished text (only when a block finished), up to EOS/EoT
     result: Result | None = None  # set on the final event
+    # absolute position of the first generated token (the prompt length): positions - gen_start
+    # index the generated region, so views need not encode the prompt themselves
+    gen_start: int = field(kw_only=True)
 
 
 # ---------------------------------------------------------------------- loading
 
 
-def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None) -> "Model":
-    """Open a model package (path=None: the embedded default model) on `device`."""
-    folder = Path(path) if path is not None else default_package_dir()
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ConfigError(f"threads must be a positive integer, got {threads!r}")
+def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None, *,
+         profile_prefix: str | os.PathLike | None = None) -> "Model":
+    """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`.
+
+    profile_prefix turns on ONNX Runtime's profiler (`unmask bench --profile`): the trace is written
+    to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
+    """
+    folder = resolve_model(path) if path is not None else default_package_dir()  # a path or a stored name
     package = open_package(folder)
-    placement = select_device(package, device, threads)
+    placement = select_device(package, device, check_threads(threads))
+    options = placement.session_options()
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
     try:
-        session = placement.create_session(package.graph_path)
+        session = placement.create_session(package.graph_path, sess_options=options)
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
         raise ModelFormatError(f"{package.graph_path}: ONNX Runtime cannot load it: {exc}") from exc
     return Model(package, session, threads=placement.threads, device=placement.device, placement=placement)
 
 
 def default_package_dir() -> Path:
-    folder = resources.files("unmask").joinpath(*DEFAULT_MODEL)
+    # Beside this module, not importlib.resources: in an editable install (README, Development)
+    # resources.files("unmask") spans the sources and site-packages and is no single folder.
+    folder = Path(__file__).parent.joinpath(*DEFAULT_MODEL)
     if not folder.joinpath("unmask.json").is_file():
         raise ModelFormatError(
             "this unmask install has no embedded default model; export one with "
@@ -119,6 +130,7 @@ class Model:
             ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token) if m.chat_template else None
         )
         self.engine = Engine(session, m)
+        self.facts: ModelFacts = m.model_facts()
         self.cache_reuse = m.cache_reuse and self.engine.layout.cache_inputs
         self._stop_ids = {i for i in (m.special_ids.eos_id, m.special_ids.eot_id) if i is not None}
 
@@ -128,34 +140,27 @@ class Model:
 
     @property
     def default_config(self) -> GenerationConfig:
-        """GenerationConfig() <- manifest generation defaults <- model facts."""
+        """GenerationConfig() <- the package's generation defaults (nothing resolved yet)."""
         return self.manifest.generation_config()
 
     # ------------------------------------------------------------------ settings and prompt
     def resolve_config(self, config: GenerationConfig | None = None, **overrides: Any) -> GenerationConfig:
-        """The settings one generation runs with, validated, cache mode resolved.
+        """The finished settings of a generation: validated against this model, cache mode decided.
 
-        Without `config`: GenerationConfig() <- package defaults <- model facts <- overrides.
-        With `config`: it is taken as complete (package defaults are not applied), model facts
-        (mask/eos/eot ids) fill the ids it leaves unset, shift_logits always comes from the
-        package, then overrides. So `model.generate(config=model.resolve_config(...))` runs
-        exactly the settings it was given.
+        Without `config`: GenerationConfig() <- package defaults <- overrides. With `config`: it
+        is taken as complete (package defaults are not applied), then overrides. The result
+        passed back as `generate(config=...)` runs exactly as it is.
         """
         if config is None:
             cfg = self.default_config
         elif isinstance(config, GenerationConfig):
-            facts = self.default_config
-            cfg = config.replace(
-                shift_logits=facts.shift_logits,
-                **{name: getattr(facts, name) for name in ("mask_id", "eos_id", "eot_id")
-                   if getattr(config, name) is None},
-            )
+            cfg = config
         else:
             raise ConfigError(f"config must be a GenerationConfig, got {type(config).__name__}")
-        cfg = cfg.replace(**overrides)
+        cfg = cfg.replace(**overrides) if overrides else cfg
         if cfg.cache is None:
             cfg = cfg.replace(cache="dual" if self.cache_reuse else "none")
-        cfg.validate()
+        cfg.validate(self.facts)
         if cfg.cache != "none" and not self.cache_reuse:
             raise ConfigError(
                 f"cache {cfg.cache!r} needs a package exported with key/value reuse; this one has none "
@@ -226,28 +231,25 @@ class Model:
         Exactly one of `prompt` (text; wrapped as one user turn with the chat template when
         the package has one), `messages` ([{role, content}], rendered with the template) or
         `prompt_ids` (used as is). `config` and keyword overrides (GenerationConfig field
-        names) go on top of the package defaults. Everything is validated before this
-        returns, so errors surface at the call, not at the first next().
+        names) go on top of the package defaults; a finished `config` (from resolve_config)
+        runs as it is. Everything is checked before this returns, so errors surface at the
+        call, not at the first next().
         """
         cfg = self.resolve_config(config, **overrides)
         ids = self.encode_prompt(prompt, messages=messages, prompt_ids=prompt_ids)
         self._check_length(ids, cfg)
         from .decoding import make_decoder  # the C++ core loads on first generation
 
-        decoder = make_decoder(cfg, ids, cache=cfg.cache, threads=self.threads)
+        decoder = make_decoder(cfg, self.facts, ids, threads=self.threads)
         return self._run(decoder, cfg, ids)
 
     def _run(self, decoder, cfg: GenerationConfig, prompt_ids: np.ndarray) -> Iterator[StreamEvent]:
+        """Run what the decoder asks for; every window, past and block end comes from it."""
         started = time.perf_counter()
-        prompt_length, length = decoder.prompt_length, decoder.length
+        gen_start = decoder.prompt_length
         stats = GenerationStats(cache=cfg.cache)
-        run = self.engine.begin(
-            batch=2 if cfg.cfg_scale > 0 else 1,
-            length=length,
-            cache=cfg.cache,
-            max_window=_max_window(cfg, prompt_length, length),
-            max_rows=cfg.gen_length,
-        )
+        run = self.engine.begin(batch=decoder.batch, length=decoder.length, cache=cfg.cache,
+                                max_window=decoder.max_window, max_rows=cfg.gen_length)
         shown = ""
         step = 0
         while not decoder.done:
@@ -255,25 +257,22 @@ class Model:
             request = decoder.next_request()
             logits, forward_seconds = run.forward(request, decoder.input_ids())
             event = decoder.advance(logits)
-            width = int(request.window_end) - int(request.window_start)
-            kind = "full" if cfg.cache == "none" else ("refresh" if request.refresh else "window")
-            past = length - width if kind == "window" else 0
             committed = len(event.positions) - int(event.filled)  # early-stop fill excluded
-            stats.record_step(kind, width, past, logits.shape[1], forward_seconds,
+            stats.record_step(request.kind.name.lower(), int(request.window_end) - int(request.window_start),
+                              int(request.past_length), logits.shape[1], forward_seconds,
                               time.perf_counter() - t0 - forward_seconds, committed)
             text = ""
             if event.block_done or event.done:
                 if stats.first_block_seconds is None:
                     stats.first_block_seconds = time.perf_counter() - started
-                finished = length if event.done else prompt_length + (int(event.block) + 1) * cfg.resolved_block_length
-                visible = self._text(decoder.ids[prompt_length:finished])
+                visible = self._text(decoder.ids[gen_start:int(event.final_end)])
                 text, shown = visible[len(shown):], visible
             result = None
-            if event.done or decoder.done:
+            if event.done:
                 result = self._result(decoder, cfg, prompt_ids, stats, started)
             yield StreamEvent(step, int(event.block), np.asarray(event.positions, dtype=np.int64),
                               np.asarray(event.tokens, dtype=np.int64), bool(event.block_done),
-                              result is not None, text, result)
+                              result is not None, text, result, gen_start=gen_start)
             step += 1
 
     def _result(self, decoder, cfg, prompt_ids, stats: GenerationStats, started: float) -> Result:
@@ -289,32 +288,24 @@ class Model:
         return self.tokenizer.decode(generated[:end])
 
     # ------------------------------------------------------------------ chat
-    def chat(self, system: str | None = None, **overrides: Any) -> "ChatSession":
-        """A conversation that keeps its history across turns."""
-        return ChatSession(self, system=system, **overrides)
-
-
-def _max_window(cfg: GenerationConfig, prompt_length: int, length: int) -> int:
-    """Largest window a non-refresh step can ask for (sizes the scratch presents)."""
-    extra = 1 if cfg.shift_logits else 0
-    if cfg.cache == "dual":
-        return min(length, cfg.resolved_block_length + extra)
-    if cfg.cache == "prefix":
-        return min(length, length - prompt_length + extra)
-    return length
+    def chat(self, system: str | None = None, config: GenerationConfig | None = None,
+             **overrides: Any) -> "ChatSession":
+        """A conversation that keeps its history across turns (settings as in resolve_config)."""
+        return ChatSession(self, system=system, config=config, **overrides)
 
 
 # ---------------------------------------------------------------------- chat sessions
 
 
 class ChatSession:
-    """Multi-turn chat: history of {role, content}, an optional system prompt, per-session overrides."""
+    """Multi-turn chat: history of {role, content}, an optional system prompt, the session's settings."""
 
-    def __init__(self, model: Model, system: str | None = None, **overrides: Any):
+    def __init__(self, model: Model, system: str | None = None, config: GenerationConfig | None = None,
+                 **overrides: Any):
         if model.chat_template is None:
             raise ConfigError("this package has no chat template, so it cannot chat; use generate()")
-        model.resolve_config(**overrides)  # reject bad settings now, not at the first turn
-        self.model, self.system, self.history, self.overrides = model, system, [], dict(overrides)
+        self.model, self.system, self.history = model, system, []
+        self.config = model.resolve_config(config, **overrides)  # bad settings fail now, not at the first turn
 
     def messages(self, text: str) -> list[dict[str, str]]:
         """The conversation the model would see if `text` were sent now."""
@@ -323,16 +314,17 @@ class ChatSession:
         system = [{"role": "system", "content": self.system}] if self.system else []
         return system + [dict(m) for m in self.history] + [{"role": "user", "content": text}]
 
-    def send(self, text: str, **overrides: Any) -> Result:
+    def send(self, text: str, config: GenerationConfig | None = None, **overrides: Any) -> Result:
         result = None
-        for event in self.stream(text, **overrides):
+        for event in self.stream(text, config, **overrides):
             result = event.result
         assert result is not None
         return result
 
-    def stream(self, text: str, **overrides: Any) -> Iterator[StreamEvent]:
-        """Stream one turn; the turn enters the history only once it finished."""
-        events = self.model.stream(messages=self.messages(text), **{**self.overrides, **overrides})
+    def stream(self, text: str, config: GenerationConfig | None = None, **overrides: Any) -> Iterator[StreamEvent]:
+        """Stream one turn with the session's settings (or `config`), overrides on top; the turn
+        enters the history only once it finished."""
+        events = self.model.stream(messages=self.messages(text), config=config or self.config, **overrides)
         return self._record(text, events)
 
     def _record(self, text: str, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:

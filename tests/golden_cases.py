@@ -202,24 +202,26 @@ def run_case(case: Case, models: Models) -> dict[str, Any]:
     messages = None if case.messages is None else [{"role": r, "content": t} for r, t in case.messages]
     prompt_ids = None if case.prompt_ids is None else list(case.prompt_ids)
     result = model.generate(case.prompt, messages=messages, prompt_ids=prompt_ids, **case.settings)
-    return _record(case, result.prompt_ids, result.config, result.token_ids, result.stats.nfe, result.text)
+    return _record(case, result.prompt_ids, result.config, model.facts, result.token_ids, result.stats.nfe,
+                   result.text)
 
 
 def _run_decode(case: Case, model, session: ort.InferenceSession) -> dict[str, Any]:
     cfg = model.resolve_config(cache="none", **case.settings)
-    mask = cfg.mask_id
+    mask = model.facts.mask_id
     prompt = np.array([mask if t < 0 else t for t in case.prompt_ids], dtype=np.int64)
     template = None
     if case.template is not None:
         template = np.array([mask if t < 0 else t for t in case.template], dtype=np.int64)
     result = unmask.decode(lambda ids: full_logits(session, ids), prompt, cfg, template=template,
-                           infill=case.infill, threads=1)
-    return _record(case, prompt, cfg, result.generated, result.stats.nfe, None)
+                           infill=case.infill, threads=1, facts=model.facts)
+    return _record(case, prompt, cfg, model.facts, result.generated, result.stats.nfe, None)
 
 
-def _record(case: Case, prompt_ids, cfg, token_ids, nfe: int, text: str | None) -> dict[str, Any]:
+def _record(case: Case, prompt_ids, cfg, facts, token_ids, nfe: int, text: str | None) -> dict[str, Any]:
+    # the settings and the model facts they ran with, in one record (facts were config fields when pinned)
     record = {"id": case.id, "package": case.package, "kind": case.kind, "settings": dict(case.settings),
-              "prompt_ids": [int(t) for t in prompt_ids], "config": cfg.to_dict(),
+              "prompt_ids": [int(t) for t in prompt_ids], "config": {**cfg.to_dict(), **facts.to_dict()},
               "token_ids": [int(t) for t in token_ids], "nfe": int(nfe)}
     if text is not None:
         record["text"] = text

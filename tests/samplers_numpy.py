@@ -1,8 +1,8 @@
-"""Plain-numpy reference samplers, written from MODELS.md section 2 (temperature 0).
+"""Plain-numpy reference samplers, written from docs/models.md (sampler rules, temperature 0).
 
 They run the reference loops literally (every scheduled step is a forward, even one that
 commits nothing) so they check the C++ loop's shortcuts as well as its arithmetic.
-Shared rules from MODELS.md/CONTRACTS: the mask id is never a token (its logit is -inf),
+Shared rules (docs/models.md): the mask id is never a token (its logit is -inf),
 ties go to the lowest token id and the lowest position, early stop fills with EOS.
 """
 

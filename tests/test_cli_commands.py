@@ -1,7 +1,7 @@
 """generate / chat / bench / info through click's CliRunner, on a scripted stand-in model.
 
-The stand-in has the public surface of unmask.Model (resolve_config, encode_prompt,
-stream, chat, manifest, tokenizer) and commits gen_length/steps positions per step,
+The stand-in is an unmask.Model with a scripted stream (test_stand_in_matches_a_loaded_model
+checks it has a loaded Model's attributes) and commits gen_length/steps positions per step,
 left to right, so every count below is exact. End-to-end runs on an exported
 package are in test_cli_package.py.
 """
@@ -18,7 +18,8 @@ import unmask
 from unmask import GenerationConfig
 from unmask.cli import cli
 from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds, write_manifest
-from unmask.model import ChatSession, Result, StreamEvent
+from unmask.model import Model, Result, StreamEvent
+from unmask.package import Package
 from unmask.stats import GenerationStats
 
 PROMPT_LENGTH = 4
@@ -50,37 +51,30 @@ def make_manifest(**generation):
     )
 
 
-class ScriptedModel:
-    """Answers with the letters a, b, c, ... committed left to right, `gen_length / steps` per step."""
+class ScriptedModel(Model):
+    """A real unmask.Model (settings, chat sessions, labels are the real code) whose graph and
+    decoder are replaced by a script: the same attributes as a loaded Model, no session."""
 
-    def __init__(self, folder, **generation):
+    def __init__(self, folder, **generation):  # Model.__init__ would open an ONNX session
         self.manifest = make_manifest(**generation)
-        self.package = SimpleNamespace(folder=Path(folder))
+        folder = Path(folder)
+        self.package = Package(folder, self.manifest, folder / "model.onnx", folder / "tokenizer.json")
+        self.placement = None
         self.threads = 2
+        self.device = "cpu"
         self.tokenizer = LetterTokenizer()
         self.chat_template = object()
-        self.cache_reuse = True
         self.engine = SimpleNamespace(session=SimpleNamespace(get_providers=lambda: ["CPUExecutionProvider"]))
+        self.facts = self.manifest.model_facts()
+        self.cache_reuse = True
+        self._stop_ids = {EOS}
         self.calls = []
-
-    @property
-    def default_config(self):
-        return self.manifest.generation_config()
-
-    def resolve_config(self, config=None, **overrides):
-        cfg = self.default_config.replace(**overrides)
-        if cfg.cache is None:
-            cfg = cfg.replace(cache="dual")
-        return cfg.validate()
 
     def encode_prompt(self, prompt=None, *, messages=None, prompt_ids=None):
         return np.zeros(PROMPT_LENGTH, dtype=np.int64)
 
-    def chat(self, system=None, **overrides):
-        return ChatSession(self, system=system, **overrides)
-
     def stream(self, prompt=None, *, messages=None, prompt_ids=None, config=None, **overrides):
-        cfg = self.resolve_config(**overrides)
+        cfg = self.resolve_config(config, **overrides)
         self.calls.append({"prompt": prompt, "messages": messages, "prompt_ids": prompt_ids, "config": cfg})
         return self._events(cfg)
 
@@ -110,7 +104,7 @@ class ScriptedModel:
                 stats.peak_rss_bytes = 10 << 20
                 result = Result(self.tokenizer.decode(answer), answer, np.zeros(PROMPT_LENGTH, np.int64), stats, cfg)
             yield StreamEvent(step, (end - 1) // block, positions + PROMPT_LENGTH, answer[positions], block_done,
-                              result is not None, text, result)
+                              result is not None, text, result, gen_start=PROMPT_LENGTH)
 
 
 @pytest.fixture
@@ -140,6 +134,16 @@ def run_main(args, capsys, input_text=None):
     code = main(args)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def test_stand_in_matches_a_loaded_model(tmp_path):
+    """ScriptedModel has every attribute a loaded Model has, of the same types where it matters."""
+    real = unmask.load(threads=1)
+    stand_in = ScriptedModel(tmp_path)
+    assert set(vars(real)) <= set(vars(stand_in))
+    for name in ("manifest", "package", "facts", "threads", "device", "cache_reuse"):
+        assert type(getattr(stand_in, name)) is type(getattr(real, name)), name
+    assert stand_in.engine.session.get_providers() == real.engine.session.get_providers()
 
 
 class TestGenerate:
@@ -313,8 +317,8 @@ class TestCanvas:
         from unmask.cli.render import CanvasView
 
         view = CanvasView(io.StringIO(), LetterTokenizer().decode)
-        view.start(GenerationConfig(gen_length=6, steps=3), prompt_length=10)
-        view.event(SimpleNamespace(step=0, positions=[10, 13], tokens=[0, 3]))
+        view.start(GenerationConfig(gen_length=6, steps=3))
+        view.event(SimpleNamespace(step=0, gen_start=10, positions=[10, 13], tokens=[0, 3]))
         assert view.render().splitlines() == ["step 1/3  2/6 tokens unmasked", "a░░d░░"]
         view.finish("done")
         assert view.out.getvalue().endswith("done\n\x1b[?25h")
@@ -331,17 +335,46 @@ class TestBench:
         assert set(doc) >= {"model", "device", "settings", "rows", "unmask_version", "created"}
         assert doc["device"]["provider"] == "CPUExecutionProvider" and doc["device"]["threads"] == 2
         assert doc["settings"] == {"runs": 2, "warmup": 0, "prompts": 2, "statistic": "median"}
-        names = [r["name"] for r in doc["rows"]]
-        assert len(names) == 3 and doc["rows"][0]["baseline"]
+        assert [(r["name"].split()[0], r["prompt"]) for r in doc["rows"]] == [
+            ("baseline", 0), ("baseline", 1), ("cache=none", 0), ("cache=none", 1),
+            ("cache=dual", 0), ("cache=dual", 1)]
         for row in doc["rows"]:
-            assert set(row) >= {"nfe", "tokens_per_forward", "tokens_per_second", "time_to_first_block",
+            assert set(row) >= {"nfe", "tokens", "tokens_per_forward", "tokens_per_second", "time_to_first_block",
                                 "forward_seconds_per_step", "host_seconds_per_step", "peak_rss", "speedup",
-                                "nfe_reduction", "config", "steps"}
-        assert doc["rows"][0]["nfe"] == 8 and doc["rows"][1]["nfe"] == 4
-        assert doc["rows"][1]["nfe_reduction"] == 2.0
-        assert doc["rows"][1]["steps"]["tokens"] == [2, 2, 2, 2]
+                                "nfe_reduction", "config", "steps", "prompt", "prompt_text"}
+            assert row["nfe"] * row["tokens_per_forward"] == row["tokens"] == 8
+        assert doc["rows"][0]["nfe"] == 8 and doc["rows"][2]["nfe"] == 4
+        assert doc["rows"][2]["nfe_reduction"] == 2.0
+        assert doc["rows"][2]["steps"]["tokens"] == [2, 2, 2, 2]
         assert {p.name for p in out.iterdir()} >= {"bench.json", "bench.md"}
         assert json.loads((out / "bench.json").read_text())["rows"] == doc["rows"]
+
+    def test_default_run_table_on_stdout(self, scripted, tmp_path, capsys):
+        """No --threshold: the package's settings and threshold 0.9 beside the baseline, one row per prompt."""
+        code, out, err = run_main(["bench", "--runs", "1", "--warmup", "0", "--gen-length", "8",
+                                   "--out", str(tmp_path / "b")], capsys)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith("prompt 1: ") and lines[1].startswith("prompt 2: ")
+        assert lines[2].split()[:4] == ["setting", "prompt", "NFE", "tokens"]
+        settings = [line.split("  ")[0] for line in lines[3:]]
+        assert settings == ["baseline (1 token/forward) L=8"] * 2 + ["cache=dual steps=8 L=8"] * 2 + \
+            ["cache=dual threshold=0.9 L=8"] * 2
+        assert "wrote" in err and "bench.svg" in err
+
+    def test_existing_out_refused_before_any_run(self, scripted, tmp_path, capsys):
+        (tmp_path / "b").mkdir()
+        code, out, err = run_main(["bench", "--out", str(tmp_path / "b")], capsys)
+        assert code == 1 and err.strip().count("\n") == 0 and "--force" in err
+        assert scripted.calls == [] and not any((tmp_path / "b").iterdir())
+        code, out, err = run_main(["bench", "--runs", "1", "--warmup", "0", "--gen-length", "8", "--force",
+                                   "--out", str(tmp_path / "b")], capsys)
+        assert code == 0 and (tmp_path / "b" / "bench.json").is_file()
+
+    def test_unwritable_out_refused_before_any_run(self, scripted, capsys):
+        code, out, err = run_main(["bench", "--out", "/proc/nope"], capsys)
+        assert code == 1 and err.startswith("error: cannot write bench results to /proc/nope")
+        assert scripted.calls == []
 
     def test_bad_list_names_choices(self, scripted):
         result = CliRunner().invoke(cli, ["bench", "--cache", "none,fast"])

@@ -63,14 +63,17 @@ class TestOnPackage:
         assert "llada" in result.stdout and "sha256 verified" in result.stdout
 
     def test_bench_json(self, package, tmp_path):
+        out = tmp_path / "bench"
         result = invoke(["bench", str(package), "--runs", "1", "--warmup", "0", "--cache", "none,dual",
-                         "--gen-length", "8", "--block-length", "4", "--steps", "4", "--out", str(tmp_path), "--json"])
+                         "--threshold", "none", "--gen-length", "8", "--block-length", "4", "--steps", "4",
+                         "--out", str(out), "--json"])
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
-        assert [r["baseline"] for r in doc["rows"]] == [True, False, False]
+        assert [(r["baseline"], r["prompt"]) for r in doc["rows"]] == [
+            (True, 0), (True, 1), (False, 0), (False, 1), (False, 0), (False, 1)]
         assert doc["rows"][0]["nfe"] == 8 and doc["rows"][0]["tokens_per_forward"] == 1.0
-        assert all(sum(r["steps"]["tokens"]) <= 8 for r in doc["rows"])
-        assert (tmp_path / "bench.json").is_file() and (tmp_path / "bench.md").is_file()
+        assert all(sum(r["steps"]["tokens"]) == r["tokens"] <= 8 for r in doc["rows"])
+        assert (out / "bench.json").is_file() and (out / "bench.md").is_file() and (out / "bench.svg").is_file()
 
     def test_broken_graph_named(self, package, tmp_path, capsys):
         import shutil

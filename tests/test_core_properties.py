@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import unmask
-from unmask import GenerationConfig, _core
+from unmask import GenerationConfig, ModelFacts, _core
 from samplers_numpy import FakeModel, softmax_t
 
 MASK, EOS, V = 31, 2, 32
@@ -28,15 +28,15 @@ def configs(draw):
         gen_length=gen_length, block_length=block_length, steps=steps, algorithm=algorithm,
         temperature=draw(st.sampled_from([0.0, 0.7])), alg_temp=draw(st.sampled_from([0.0, 0.5])),
         top_k=draw(st.sampled_from([None, 5])), cfg_scale=draw(st.sampled_from([0.0, 1.0])),
-        early_stop=draw(st.booleans()), seed=draw(st.integers(0, 2**32)), mask_id=MASK, eos_id=EOS,
-        shift_logits=algorithm in ("origin", "maskgit_plus", "topk_margin", "entropy"), **kw,
+        early_stop=draw(st.booleans()), seed=draw(st.integers(0, 2**32)), **kw,
     )
 
 
 def run(cfg, model_seed, threads=1):
     model = FakeModel(vocab=V, mask_id=MASK, seed=model_seed, eos_id=EOS, eos_bias=1.5, mask_bias=2.0)
     events = []
-    result = unmask.decode(model, PROMPT, cfg, on_step=events.append, threads=threads)
+    facts = ModelFacts(mask_id=MASK, eos_id=EOS, shift_logits=not cfg.uses_block_schedule)  # Dream shifts
+    result = unmask.decode(model, PROMPT, cfg, on_step=events.append, facts=facts, threads=threads)
     return result, events
 
 

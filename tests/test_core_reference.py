@@ -6,16 +6,17 @@ import numpy as np
 import pytest
 
 import unmask
-from unmask import GenerationConfig
+from unmask import GenerationConfig, ModelFacts
 from samplers_numpy import FakeModel, dream_generate, dream_timesteps, llada_generate
 
 MASK, EOS, EOT, V = 39, 2, 3, 40
 PROMPT = np.array([5, 9, 11, 4, 7], dtype=np.int64)
+LLADA = ModelFacts(mask_id=MASK, eos_id=EOS, eot_id=EOT)
+DREAM = ModelFacts(mask_id=MASK, shift_logits=True)
 
 
 def llada_config(**kw):
-    base = dict(gen_length=24, block_length=8, steps=24, algorithm="low_confidence", mask_id=MASK, eos_id=EOS,
-                eot_id=EOT, early_stop=False)
+    base = dict(gen_length=24, block_length=8, steps=24, algorithm="low_confidence", early_stop=False)
     base.update(kw)
     return GenerationConfig(**base)
 
@@ -23,11 +24,11 @@ def llada_config(**kw):
 def run_both_llada(model_kw, cfg, template=None):
     ref = llada_generate(FakeModel(**model_kw), PROMPT, steps=cfg.resolved_steps, gen_length=cfg.gen_length,
                          block_length=cfg.resolved_block_length, mask_id=MASK, cfg_scale=cfg.cfg_scale,
-                         eos_id=cfg.eos_id, eot_id=cfg.eot_id, logits_eos_inf=cfg.logits_eos_inf,
+                         eos_id=EOS, eot_id=EOT, logits_eos_inf=cfg.logits_eos_inf,
                          confidence_eos_eot_inf=cfg.confidence_eos_eot_inf, threshold=cfg.threshold,
                          factor=cfg.factor, early_stop=cfg.early_stop, template=template)
     model = FakeModel(**model_kw)
-    out = unmask.decode(model, PROMPT, cfg, template=template)
+    out = unmask.decode(model, PROMPT, cfg, template=template, facts=LLADA)
     return ref, out
 
 
@@ -88,7 +89,7 @@ class TestLladaReference:
         cfg = llada_config()
         ref = llada_generate(model, PROMPT, steps=24, gen_length=24, block_length=8, mask_id=MASK, early_stop=False)
         model.dtype = np.float16
-        out = unmask.decode(model, PROMPT, cfg)
+        out = unmask.decode(model, PROMPT, cfg, facts=LLADA)
         np.testing.assert_array_equal(out.ids, ref)
 
 
@@ -104,7 +105,7 @@ DREAM_CASES = {
     "threshold": dict(threshold=0.4),
     "factor": dict(factor=1.5, algorithm="topk_margin"),
     "cfg": dict(cfg_scale=0.5),
-    "no_shift": dict(shift_logits=False),
+    "no_shift": dict(),  # with ModelFacts(shift_logits=False), below
     "early_stop_blocks": dict(block_length=8, steps=12, early_stop=True),
 }
 
@@ -113,25 +114,25 @@ class TestDreamReference:
     @pytest.mark.parametrize("case", sorted(DREAM_CASES))
     @pytest.mark.parametrize("seed", [0, 1, 2])
     def test_matches_numpy(self, case, seed):
-        kw = dict(gen_length=24, steps=24, algorithm="maskgit_plus", mask_id=MASK, eos_id=EOS, shift_logits=True,
-                  early_stop=False)
+        kw = dict(gen_length=24, steps=24, algorithm="maskgit_plus", early_stop=False)
         kw.update(DREAM_CASES[case])
         cfg = GenerationConfig(**kw)
+        facts = ModelFacts(mask_id=MASK, eos_id=EOS, shift_logits=case != "no_shift")
         model_kw = dict(vocab=V, mask_id=MASK, seed=seed, eos_id=EOS, eos_bias=2.0)
         ref = dream_generate(FakeModel(**model_kw), PROMPT, steps=cfg.resolved_steps, gen_length=cfg.gen_length,
                              mask_id=MASK, alg=cfg.algorithm, eps=cfg.eps, block_length=cfg.block_length,
-                             top_p=cfg.top_p, top_k=cfg.top_k, shift_logits=cfg.shift_logits,
+                             top_p=cfg.top_p, top_k=cfg.top_k, shift_logits=facts.shift_logits,
                              cfg_scale=cfg.cfg_scale, eos_id=EOS, threshold=cfg.threshold, factor=cfg.factor,
                              early_stop=cfg.early_stop)
-        out = unmask.decode(FakeModel(**model_kw), PROMPT, cfg)
+        out = unmask.decode(FakeModel(**model_kw), PROMPT, cfg, facts=facts)
         np.testing.assert_array_equal(out.ids, ref)
         assert out.stats.nfe <= cfg.resolved_steps
 
     def test_zero_commit_steps_cost_no_forward(self):
         # Dream's float32 schedule commits nothing at step 0 when masks == steps; the reference
         # runs that forward anyway, the C++ loop skips it (same tokens, one forward less).
-        cfg = GenerationConfig(gen_length=16, steps=16, algorithm="maskgit_plus", mask_id=MASK, shift_logits=True)
-        out = unmask.decode(FakeModel(vocab=V, mask_id=MASK), PROMPT, cfg)
+        cfg = GenerationConfig(gen_length=16, steps=16, algorithm="maskgit_plus")
+        out = unmask.decode(FakeModel(vocab=V, mask_id=MASK), PROMPT, cfg, facts=DREAM)
         assert out.stats.nfe < 16
         assert out.stats.committed == 16
 
@@ -146,7 +147,7 @@ class TestDreamReference:
             np.testing.assert_array_equal(unmask._core.dream_timesteps(steps, 1e-3), want)
 
     def test_origin_commits_argmax_of_current_logits(self):
-        cfg = GenerationConfig(gen_length=24, steps=12, algorithm="origin", mask_id=MASK, shift_logits=True, seed=7)
+        cfg = GenerationConfig(gen_length=24, steps=12, algorithm="origin", seed=7)
         model = FakeModel(vocab=V, mask_id=MASK, seed=1)
         seen = []
 
@@ -156,7 +157,7 @@ class TestDreamReference:
             return logits
 
         events = []
-        out = unmask.decode(forward, PROMPT, cfg, on_step=events.append)
+        out = unmask.decode(forward, PROMPT, cfg, on_step=events.append, facts=DREAM)
         for logits, ev in zip(seen, events):
             masked = logits.copy()
             masked[:, MASK] = -np.inf

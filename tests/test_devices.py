@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -41,19 +40,17 @@ from unmask.devices.detect import (
     parse_sysctl,
 )
 from unmask.devices.profile import PROFILE_DIR
+from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds
 
 GiB = 1 << 30
 PROFILES = load_profiles()
 BY_NAME = {p.name: p for p in PROFILES}
 
 
-@dataclass
-class FakeManifest:
-    """The three Manifest fields selection reads."""
-
-    precision: str = "fp32"
-    target: str = "cpu"
-    size_bytes: int = 100 << 20
+def package_manifest(precision: str = "fp32", target: str = "cpu", size_bytes: int = 100 << 20) -> Manifest:
+    """A real Manifest; selection reads its precision, target and size."""
+    return Manifest(architecture="llada", dims=Dims(64, 32, 2, 4, 2, 8, 128),
+                    special_ids=SpecialIds(mask_id=3, eos_id=2), precision=precision, target=target, graph=GraphFiles(), size_bytes=size_bytes)
 
 
 def machine(os="linux", arch="x86_64", providers=("CPUExecutionProvider",), ram=16 * GiB, cores=8, gpus=()):
@@ -116,20 +113,37 @@ class TestProfiles:
         assert all(not p.cpu_fallback for p in PROFILES if p.provider == "CPUExecutionProvider")
 
     def test_profiles_agree_with_the_exporter(self):
-        from unmask.export.config import ATTENTIONS, ExportConfig
+        from unmask.export.config import TARGET_PRECISIONS, ExportConfig
+        from unmask.manifest import PRECISIONS, TARGETS
 
-        from unmask.devices.profile import ATTENTION_VARIANTS
-
-        assert set(ATTENTION_VARIANTS) == set(ATTENTIONS)
         for p in PROFILES:  # the export command a profile recommends must be one the exporter accepts
             resolved = ExportConfig(precision=p.package.precision, target=p.package.target).resolve()
-            if p.package.target == p.device:
-                assert resolved.attention == p.package.attention, p.name
+            assert (resolved.precision, resolved.target) == (p.package.precision, p.package.target)
+            assert p.package.precision in TARGET_PRECISIONS[p.package.target], p.name
+            assert set(p.package.precisions) <= set(PRECISIONS) and set(p.package.targets) <= set(TARGETS)
+
+    def test_retired_attention_key_says_what_decides_instead(self, tmp_path):
+        # the exporter decides the kernel from --target; a profile's attention was read by nothing
+        self._refuses(tmp_path, '[package]\nattention = "mha"\n',
+                      r"broken\.toml: key 'package\.attention' is no longer read.*--attention")
+
+    def test_profile_precision_and_target_use_the_manifest_vocabulary(self, tmp_path):
+        from unmask.manifest import PRECISIONS, TARGETS
+
+        for key, allowed in (("precision", PRECISIONS), ("target", TARGETS)):
+            self._refuses(tmp_path, f'[package]\n{key} = "int3"\n',
+                          f"'package.{key}' = 'int3': expected one of {', '.join(allowed)}$")
 
     def _write(self, tmp_path, text, name="broken.toml"):
         path = tmp_path / name
         path.write_text(text)
         return path
+
+    def _refuses(self, tmp_path, tables, match):
+        """A CPU profile with `tables` appended is refused with a ConfigError matching `match`."""
+        path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n' + tables)
+        with pytest.raises(ConfigError, match=match):
+            load_profile(path)
 
     def test_unknown_key_names_file_and_key(self, tmp_path):
         path = self._write(tmp_path, 'device = "cpu"\nprovider = "CPUExecutionProvider"\n[session]\nspinning = true\n')
@@ -267,7 +281,7 @@ class TestDeviceNames:
 class TestSelectAuto:
     def test_cuda_when_its_probe_passes(self):
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("fp16", "cuda"), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("fp16", "cuda"), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cuda"
         assert p.provider_names == ["CUDAExecutionProvider", "CPUExecutionProvider"]
         assert p.provider_options[0]["cudnn_conv_algo_search"] == "HEURISTIC"
@@ -283,20 +297,20 @@ class TestSelectAuto:
 
     def test_coreml_on_apple_silicon(self):
         d = machine(os="darwin", arch="arm64", providers=("CoreMLExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("fp16", "coreml"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
+        p = select(package_manifest("fp16", "coreml"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
         assert p.device == "coreml"
         assert p.providers[0] == ("CoreMLExecutionProvider", BY_NAME["coreml"].provider_options)
         assert p.providers[1][0] == "CPUExecutionProvider"
 
     def test_cpu_package_on_a_mac_stays_on_cpu_and_names_the_coreml_export(self):
         d = machine(os="darwin", arch="arm64", providers=("CoreMLExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("int4", "cpu"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
+        p = select(package_manifest("int4", "cpu"), detection=d, probe=FakeProbe("CoreMLExecutionProvider"))
         assert p.device == "cpu" and p.profile.name == "cpu-arm64"
         assert any("--precision fp16 --target coreml" in n for n in p.notes)
 
     def test_directml_on_windows(self):
         d = machine(os="windows", providers=("DmlExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("fp16", "dml"), detection=d, probe=FakeProbe("DmlExecutionProvider"))
+        p = select(package_manifest("fp16", "dml"), detection=d, probe=FakeProbe("DmlExecutionProvider"))
         assert p.device == "dml"
         so = p.session_options()
         assert so.enable_mem_pattern is False
@@ -314,19 +328,20 @@ class TestSelectAuto:
 
     def test_too_little_ram_is_refused_naming_a_smaller_precision(self):
         d = machine(ram=4 * GiB)
-        manifest = FakeManifest("fp32", "cpu", size_bytes=8 * GiB)
+        manifest = package_manifest("fp32", "cpu", size_bytes=8 * GiB)
         with pytest.raises(DeviceError, match=r"only 4\.0 GiB is free RAM; export it at int8.*--precision int8 --target cpu"):
             select(manifest, detection=d, probe=FakeProbe())
 
     def test_nothing_fits(self):
         d = machine(ram=1 * GiB)
         with pytest.raises(DeviceError, match="even the smallest precision would not fit"):
-            select(FakeManifest("fp32", "cpu", size_bytes=64 * GiB), detection=d, probe=FakeProbe())
+            select(package_manifest("fp32", "cpu", size_bytes=64 * GiB), detection=d, probe=FakeProbe())
 
     def test_too_big_for_the_gpu_runs_on_cpu(self):
         gpu = GpuInfo(index=0, name="small GPU", memory_total_bytes=8 * GiB, memory_free_bytes=6 * GiB)
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"), ram=64 * GiB, gpus=[gpu])
-        p = select(FakeManifest("fp16", "cuda", size_bytes=10 * GiB), detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("fp16", "cuda", size_bytes=10 * GiB), detection=d,
+                   probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cpu"
         assert "free on GPU 0 (small GPU)" in p.explanation
         assert any("fp16 runs slowly on cpu" in n for n in p.notes)
@@ -361,7 +376,7 @@ class TestSelectExplicit:
         gpus = [GpuInfo(0, "big", memory_free_bytes=80 * GiB), GpuInfo(1, "small", memory_free_bytes=2 * GiB)]
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"), gpus=gpus)
         probe = FakeProbe("CUDAExecutionProvider")
-        manifest = FakeManifest("fp16", "cuda", size_bytes=4 * GiB)
+        manifest = package_manifest("fp16", "cuda", size_bytes=4 * GiB)
         p = select(manifest, "cuda:0", detection=d, probe=probe)
         assert p.device_index == 0 and p.provider_options[0]["device_id"] == "0"
         with pytest.raises(DeviceError, match=r"free on GPU 1 \(small\); export it at int4"):
@@ -370,7 +385,7 @@ class TestSelectExplicit:
 
     def test_mismatched_package_runs_with_the_export_command(self, caplog):
         d = machine(providers=("CUDAExecutionProvider", "CPUExecutionProvider"))
-        p = select(FakeManifest("int8", "cpu"), "cuda", detection=d, probe=FakeProbe("CUDAExecutionProvider"))
+        p = select(package_manifest("int8", "cpu"), "cuda", detection=d, probe=FakeProbe("CUDAExecutionProvider"))
         assert p.device == "cuda"
         assert "unmask export HF_DIR OUT_DIR --precision fp16 --target cuda" in p.notes[0]
         assert "--target cuda" in caplog.text

@@ -7,7 +7,6 @@ here with the package's default decoding, and tool calls must stay (nearly) all 
 
 import json
 import shutil
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,12 @@ import unmask
 from unmask import tasks
 from unmask.cli import cli
 from unmask.evaluate import TASKS_FILE, EvalReport, TaskSpec, evaluate, read_task_spec, write_task_spec
+from unmask.model import DEFAULT_MODEL
 
-EMBEDDED = Path(str(resources.files("unmask").joinpath("models", "default")))
+EMBEDDED = Path(unmask.__file__).parent.joinpath(*DEFAULT_MODEL)  # as unmask.load() finds it
 needs_embedded = pytest.mark.skipif(
     not (EMBEDDED / "unmask.json").is_file(),
-    reason="this install has no embedded model (ship one: python -m unmask.export.ship_default CKPT)",
+    reason="this install has no embedded model (ship one: python -m training.ship_default CKPT)",
 )
 SCORE_KEYS = {"name", "examples", "correct", "nfe", "tokens", "seconds", "accuracy", "tokens_per_forward",
               "tokens_per_second"}
@@ -36,7 +36,7 @@ FLOOR = {"tool_call": 9}  # correct answers out of 10 per family
 @pytest.fixture(scope="module")
 def embedded():
     if not (EMBEDDED / "unmask.json").is_file():
-        pytest.skip("this install has no embedded model (ship one: python -m unmask.export.ship_default CKPT)")
+        pytest.skip("this install has no embedded model (ship one: python -m training.ship_default CKPT)")
     return unmask.load(threads=2)
 
 
@@ -57,7 +57,7 @@ def invoke(*args):
 def accuracy_run():
     """`unmask eval --json` on the embedded model with its default settings."""
     if not (EMBEDDED / "unmask.json").is_file():
-        pytest.skip("this install has no embedded model (ship one: python -m unmask.export.ship_default CKPT)")
+        pytest.skip("this install has no embedded model (ship one: python -m training.ship_default CKPT)")
     result = invoke("--limit", str(ACCURACY_LIMIT), "--threads", "2", "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.output)

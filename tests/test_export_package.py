@@ -68,7 +68,7 @@ class TestPackage:
         m = export_model(dream, tmp_path / "pkg", quiet=True, validate=False).manifest
         assert m.shift_logits and m.dims.num_kv_heads == 2 and m.generation == {"algorithm": "entropy"}
         assert "<|im_start|>" in m.chat_template
-        assert m.generation_config().shift_logits
+        assert m.model_facts().shift_logits
 
     def test_external_data_above_threshold(self, llada, tmp_path):
         out = tmp_path / "pkg"

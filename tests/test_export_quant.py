@@ -1,6 +1,6 @@
 """int8 / int4 / fp16 packages against the fp32 package, on a model trained inside the test.
 
-Random weights make quantization look ~10x worse than it is (ORT_NOTES.md), so a tiny
+Random weights make quantization look ~10x worse than on trained weights, so a tiny
 LLaDA is trained for a few hundred Adam steps on a two-symbol fill task (masked-diffusion loss) first.
 """
 

@@ -44,11 +44,12 @@ class TestManifest:
         assert list(raw)[0] == "format_version" and raw["format_version"] == FORMAT_VERSION
         assert read_manifest(tmp_path) == m
 
-    def test_generation_config_merges_defaults_and_facts(self):
+    def test_generation_config_and_facts(self):
         m = _manifest(shift_logits=True)
         cfg = m.generation_config(gen_length=64)
         assert cfg.block_length == 32 and cfg.gen_length == 64
-        assert (cfg.mask_id, cfg.eos_id, cfg.eot_id, cfg.shift_logits) == (300, 301, 302, True)
+        facts = m.model_facts()
+        assert (facts.mask_id, facts.eos_id, facts.eot_id, facts.shift_logits) == (300, 301, 302, True)
 
     def test_generation_defaults_keeps_only_differences(self):
         assert generation_defaults(GenerationConfig()) == {}

@@ -1,4 +1,4 @@
-"""unmask.export.reference: the PyTorch forward of MODELS.md §1 (shapes, bidirectionality, RoPE, I/O)."""
+"""unmask.export.reference: the PyTorch forward of docs/models.md (shapes, bidirectionality, RoPE, I/O)."""
 
 import json
 

@@ -100,7 +100,17 @@ class Request:  # the fields of a Decoder request the engine reads
     window_start: int
     window_end: int
     logits_index: np.ndarray
-    refresh: bool = False
+    past_length: int = 0
+    stores_cache: bool = False
+
+
+def refresh_request(length: int, rows: np.ndarray) -> Request:
+    return Request(0, length, rows, stores_cache=True)
+
+
+def window_request(start: int, end: int, rows: np.ndarray, length: int) -> Request:
+    """A later step of a block: the window against the cache of every position outside it."""
+    return Request(start, end, rows, past_length=length - (end - start))
 
 
 def engine_for(kv_dtype=np.float32) -> Engine:
@@ -133,12 +143,35 @@ class TestEngine:
             full, _ = reference.forward(Request(0, length, every_row), ids)
             full = full.copy()
             rows = np.arange(end - start, dtype=np.int64)[::-1].copy()  # any subset, any order
-            refreshed, _ = run.forward(Request(0, length, rows + start, refresh=True), ids)
+            refreshed, _ = run.forward(refresh_request(length, rows + start), ids)
             np.testing.assert_allclose(refreshed, full[:, rows + start], rtol=1e-5, atol=1e-5)
             for _ in range(2):  # later steps of the block: the past is reused
-                window, seconds = run.forward(Request(start, end, rows), np.ascontiguousarray(ids[:, start:end]))
+                request = window_request(start, end, rows, length)
+                window, seconds = run.forward(request, np.ascontiguousarray(ids[:, start:end]))
                 np.testing.assert_allclose(window, full[:, rows + start], rtol=1e-5, atol=1e-5)
                 assert seconds > 0
+
+    def test_past_of_the_positions_before_the_window(self):
+        # past_length = window start: the window sees only what precedes it (a block-diffusion
+        # step against its finished blocks), as a full pass over the sequence cut at the window end.
+        engine = engine_for()
+        length, start, end = 14, 6, 10
+        ids = np.random.default_rng(3).integers(0, VOCAB - 1, size=(1, length)).astype(np.int64)
+        cut = engine.begin(batch=1, length=end, cache="none", max_window=end, max_rows=end)
+        expected, _ = cut.forward(Request(0, end, np.arange(start, end)), np.ascontiguousarray(ids[:, :end]))
+        expected = expected.copy()
+        run = engine.begin(batch=1, length=length, cache="dual", max_window=end - start, max_rows=length)
+        run.forward(refresh_request(length, np.arange(2)), ids)
+        got, _ = run.forward(Request(start, end, np.arange(end - start), past_length=start),
+                             np.ascontiguousarray(ids[:, start:end]))
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+    def test_past_longer_than_the_cache_is_an_error(self):
+        run = engine_for().begin(batch=1, length=12, cache="dual", max_window=4, max_rows=8)
+        ids = np.zeros((1, 12), dtype=np.int64)
+        run.forward(refresh_request(12, np.arange(2)), ids)
+        with pytest.raises(RuntimeError, match="past of 9"):
+            run.forward(Request(4, 8, np.arange(2), past_length=9), ids[:, 4:8].copy())
 
     def test_float16_cache(self):
         engine = engine_for(np.float16)
@@ -148,13 +181,13 @@ class TestEngine:
         full = engine.begin(batch=1, length=length, cache="none", max_window=length, max_rows=length)
         expected, _ = full.forward(Request(0, length, np.arange(4, 8)), ids)
         expected = expected.copy()
-        run.forward(Request(0, length, np.arange(4, 8), refresh=True), ids)
-        got, _ = run.forward(Request(4, 8, np.arange(4)), np.ascontiguousarray(ids[:, 4:8]))
+        run.forward(refresh_request(length, np.arange(4, 8)), ids)
+        got, _ = run.forward(window_request(4, 8, np.arange(4), length), np.ascontiguousarray(ids[:, 4:8]))
         np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2)
 
     def test_window_larger_than_buffers_is_an_error(self):
         run = engine_for().begin(batch=1, length=12, cache="dual", max_window=4, max_rows=8)
         ids = np.zeros((1, 12), dtype=np.int64)
-        run.forward(Request(0, 12, np.arange(2), refresh=True), ids)
+        run.forward(refresh_request(12, np.arange(2)), ids)
         with pytest.raises(RuntimeError):
-            run.forward(Request(2, 10, np.arange(2)), ids[:, 2:10].copy())
+            run.forward(window_request(2, 10, np.arange(2), 12), ids[:, 2:10].copy())

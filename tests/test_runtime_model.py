@@ -73,16 +73,24 @@ class TestGenerate:
         assert all(f > 0 for f in stats.forward_seconds) and all(h >= 0 for h in stats.host_seconds)
         assert stats.step_kinds == ["refresh", "window"] * 2 and stats.cache == "dual"
         assert stats.window_lengths == [14, 4, 14, 4]
+        assert stats.past_lengths == [0, 10, 0, 10]
         json.dumps(stats.to_dict())
+
+    @pytest.mark.parametrize("cache, kinds, windows, pasts", [
+        ("none", ["full"] * 4, [14] * 4, [0] * 4),
+        ("prefix", ["refresh", "window"] * 2, [14, 8, 14, 4], [0, 6, 0, 10]),
+    ])
+    def test_stats_per_cache_mode(self, model, cache, kinds, windows, pasts):
+        stats = model.generate(prompt_ids=PROMPT, cache=cache, **SETTINGS).stats
+        assert (stats.step_kinds, stats.window_lengths, stats.past_lengths) == (kinds, windows, pasts)
 
     def test_package_defaults_and_cache_default(self, model):
         cfg = model.resolve_config()
         assert (cfg.gen_length, cfg.block_length, cfg.steps, cfg.cache) == (8, 4, 4, "dual")
-        assert cfg.mask_id == model.manifest.special_ids.mask_id
-        # a given config is complete: package defaults do not apply, model facts do
+        assert model.facts.mask_id == model.manifest.special_ids.mask_id
+        # a given config is complete: package defaults do not apply
         cfg = model.resolve_config(unmask.GenerationConfig(gen_length=16), block_length=8)
         assert (cfg.gen_length, cfg.block_length, cfg.steps) == (16, 8, None)
-        assert cfg.mask_id == model.manifest.special_ids.mask_id
         assert model.resolve_config(model.resolve_config(steps=8)) == model.resolve_config(steps=8)
 
     def test_deterministic(self, model):
@@ -132,6 +140,18 @@ class TestStream:
         assert [tokens[p] for p in range(len(PROMPT), len(PROMPT) + 8)] == result.token_ids.tolist()
         assert "".join(e.text for e in events) == result.text
         assert events[0].text == "" and events[2].text == ""
+        assert [e.gen_start for e in events] == [len(PROMPT)] * 4  # positions - gen_start index the answer
+
+    def test_canvas_places_commits_by_the_events_gen_start(self, model):
+        import io
+
+        from unmask.cli.render import CanvasView
+
+        view = CanvasView(io.StringIO(), model.tokenizer.decode)
+        view.start(model.resolve_config(**SETTINGS))
+        for event in model.stream(prompt_ids=PROMPT, **SETTINGS):
+            view.event(event)
+        assert view.canvas == event.result.token_ids.tolist()
 
     def test_interrupt_leaves_model_usable(self, model, monkeypatch):
         expected = model.generate(prompt_ids=PROMPT, **SETTINGS).token_ids.tolist()

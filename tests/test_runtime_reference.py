@@ -52,7 +52,7 @@ class TestAgainstReference:
             for text in PROMPTS[:2]:
                 ids = model.encode_prompt(text)
                 config = model.resolve_config(cache="none", algorithm=algorithm, **SETTINGS)
-                expected = decode(forward, ids, config)
+                expected = decode(forward, ids, config, facts=model.facts)
                 got = model.generate(prompt_ids=ids, config=config)
                 assert got.token_ids.tolist() == expected.generated.tolist(), (name, algorithm, text)
                 assert got.stats.nfe == expected.stats.nfe
@@ -71,7 +71,7 @@ class TestAgainstReference:
         ids = model.encode_prompt(PROMPTS[0])
         config = model.resolve_config(cache="none", cfg_scale=1.0, **SETTINGS)
         assert model.generate(prompt_ids=ids, config=config).token_ids.tolist() == \
-            decode(forward, ids, config).generated.tolist()
+            decode(forward, ids, config, facts=model.facts).generated.tolist()
         first = [next(model.stream(prompt_ids=ids, cache=c, cfg_scale=1.0, **SETTINGS)).tokens.tolist()
                  for c in ("none", "dual")]
         assert first[0] == first[1]
@@ -119,5 +119,5 @@ def test_generic_graph_runs_without_cache(tmp_path):
     ids = model.encode_prompt(PROMPTS[0])
     config = model.resolve_config(**SETTINGS)
     got = model.generate(prompt_ids=ids, config=config)
-    assert got.token_ids.tolist() == decode(reference.as_forward(), ids, config).generated.tolist()
+    assert got.token_ids.tolist() == decode(reference.as_forward(), ids, config, facts=model.facts).generated.tolist()
     assert set(got.stats.step_kinds) == {"full"}

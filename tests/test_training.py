@@ -1,4 +1,4 @@
-"""unmask.export.training: tokenizer, noising, sampler, and a few-step training smoke test."""
+"""training (the checkout's training folder): tokenizer, noising, sampler, and a few-step training smoke test."""
 
 import itertools
 import json
@@ -10,17 +10,14 @@ import torch
 from unmask import tasks
 from unmask.export.safetensors_io import CheckpointTensors
 from unmask.export.reference import LladaModel, llada_config, load_reference
-from unmask.export.training.tokenizer import special_ids, train_tokenizer
-from unmask.export.training.train import (
-    Batch,
-    Batcher,
-    TRIM_EOS_MAX,
+from training.tokenizer import special_ids, train_tokenizer
+from training.batches import TRIM_EOS_MAX, Batch, Batcher, parse_family_weights
+from training.train import (
     TrainConfig,
     add_noise,
     diffusion_loss,
     generate_low_confidence,
     main,
-    parse_family_weights,
     resolve_precision,
     train,
 )

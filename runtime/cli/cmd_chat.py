@@ -40,8 +40,7 @@ def command(model, system, stream, visual, device, threads, verbose, **flags):
     """
     overrides = pop_overrides(flags)
     loaded = open_model(model, device, threads)
-    prepare(loaded, overrides, verbose=verbose)
-    session = loaded.chat(system=system)
+    session = loaded.chat(system=system, config=prepare(loaded, overrides, verbose=verbose))
     out = sys.stdout
     view = make_view(out, stream=stream, visual=visual, decode=loaded.tokenizer.decode, warn=echo_err)
     loop = ChatLoop(loaded, session, overrides, view=view, out=out, err=sys.stderr,

@@ -17,8 +17,8 @@ from ..errors import DeviceError
 
 
 @click.command("devices")
-@click.option("--model", "model", type=click.Path(exists=True, file_okay=True), default=None,
-              help="A model package: check its precision, target and size against each device.")
+@click.option("--model", "model", default=None,
+              help="A model package (folder or stored name): check its precision, target and size on each device.")
 @click.option("--device", default="auto", show_default=True,
               help="Show what this device choice would do (auto, cpu, cuda, cuda:1, dml, coreml, openvino).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -30,7 +30,9 @@ def command(model: str | None, device: str, as_json: bool) -> None:
     if model is not None:
         from ..manifest import read_manifest
 
-        manifest = read_manifest(model)
+        from ..store import resolve
+
+        manifest = read_manifest(resolve(model))  # a name in the model store -> its folder
     profiles = devices.load_profiles()
     devices.parse_device(device, profiles)  # a misspelt name fails before any detection or table
     detection = devices.detect()

@@ -9,8 +9,7 @@ from pathlib import Path
 import click
 
 from .. import evaluate as evaluation
-from .options import (as_overrides, check_model_path, describe, echo_err, generation_options, ineffective,
-                      model_label, open_model, pop_overrides)
+from .options import check_model_path, echo_err, generation_options, open_model, pop_overrides, prepare, resolve_model
 
 EXAMPLES = """\b
 Examples:
@@ -52,16 +51,18 @@ def command(package, families, limit, as_json, answers, follow_up, loose, device
     overrides = pop_overrides(flags)
     if answers and not as_json:
         raise click.UsageError("--answers adds the predictions to the --json document; add --json")
+    package = resolve_model(package)  # a name in the model store -> its folder
     if package is not None:  # say what is missing before building a session
         check_model_path(package)
         evaluation.read_task_spec(package)
     loaded = open_model(package, device, threads)
     spec = evaluation.read_task_spec(loaded.package.folder)
     chosen = evaluation.choose_families(spec, _families(families))
-    config = _prepare(loaded, spec, overrides, verbose=verbose)
+    config = prepare(loaded, overrides, verbose=verbose, defaults=evaluation.task_defaults(spec),
+                     heading=f"settings (gen_length from {evaluation.TASKS_FILE}, in one block):")
     progress = _progress if sys.stderr.isatty() and not as_json else None
-    report = evaluation.evaluate(loaded, families=chosen, limit=limit, on_answer=progress, follow_up=follow_up,
-                                 loose=loose, **as_overrides(config))
+    report = evaluation.evaluate(loaded, families=chosen, limit=limit, config=config, on_answer=progress,
+                                 follow_up=follow_up, loose=loose)
     if progress is not None:
         echo_err("")
     if as_json:
@@ -71,20 +72,6 @@ def command(package, families, limit, as_json, answers, follow_up, loose, device
     click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples{phrasing}, "
                f"{_settings_line(report.config)}")
     click.echo(evaluation.format_table(report))
-
-
-def _prepare(model, spec: evaluation.TaskSpec, overrides: dict, *, verbose: bool):
-    """options.prepare, with the tasks' generation length counted as a package default."""
-    config = evaluation.eval_config(model, spec, **overrides)
-    for note in ineffective(config, overrides, architecture=model.manifest.architecture,
-                            cache_reuse=model.cache_reuse):
-        echo_err(f"note: {note}")
-    if verbose:
-        echo_err(f"model: {model_label(model)}")
-        echo_err(f"settings (gen_length from {evaluation.TASKS_FILE}, in one block):")
-        defaults = {**model.manifest.generation, "gen_length": spec.gen_length, "block_length": None}
-        echo_err(describe(config, defaults, overrides))
-    return config
 
 
 def _progress(answer, index: int, count: int) -> None:

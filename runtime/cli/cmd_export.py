@@ -11,8 +11,8 @@ from ..export.config import ATTENTIONS, PRECISIONS, ROPES, TARGETS
 
 
 @click.command("export")
-@click.argument("src", type=click.Path(file_okay=False, path_type=str))
-@click.argument("out", type=click.Path(path_type=str))
+@click.argument("src")
+@click.argument("out")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="Storage of the transformer's matrices (embedding and LM head stay higher).")
 @click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True,
@@ -29,17 +29,26 @@ from ..export.config import ATTENTIONS, PRECISIONS, ROPES, TARGETS
               help="Also compare with the PyTorch reference forward (needs the test extra).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or validation table.")
 def command(src, out, precision, target, block_size, attention, rope, force, no_validate, reference, quiet):
-    """Convert the checkpoint folder SRC (config.json, safetensors, tokenizer) into the package OUT.
+    """Convert the checkpoint SRC (config.json, safetensors, tokenizer) into the package OUT.
+
+    SRC is a folder, or a Hugging Face repo id (owner/name) fetched with huggingface_hub.
+    OUT is a folder, or a bare NAME: the package goes into the model store (`unmask list`).
 
     \b
     Examples:
+      unmask export GSAI-ML/LLaDA-8B-Instruct llada-int4 --precision int4
       unmask export ./LLaDA-8B-Instruct ./llada-int4 --precision int4
       unmask export ./Dream-v0-Instruct-7B ./dream-fp16 --precision fp16 --target cuda
     """
-    from ..export import ExportConfig, export_model
+    from ..export import extra
+
+    extra.require()  # one line naming `pip install "unmask[export]"` instead of a traceback
+    from ..export import ExportConfig, export_model, hub
 
     config = ExportConfig(precision=precision, target=target, block_size=block_size, attention=attention, rope=rope,
                           force=force, validate=not no_validate, reference=reference, quiet=quiet)
+    out = hub.prepare_output(out, config)  # a bare name goes to the model store; checked before any download
+    src = hub.checkpoint_folder(src)  # a Hub repo id is fetched (or found in the Hugging Face cache)
     result = export_model(src, out, config=config)
     m = result.manifest
     if not quiet:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import ConfigError
-from .options import as_overrides, echo_err, generation_options, open_model, pop_overrides, prepare, provider_of
+from .options import echo_err, generation_options, open_model, pop_overrides, prepare, provider_of
 from .render import make_view
 
 
@@ -66,12 +66,12 @@ def command(model, prompt, file, system, raw, as_json, stream, visual, device, t
         source = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": text}]}
     else:
         source = {"prompt": text}
-    events = loaded.stream(**source, **as_overrides(config))
+    events = loaded.stream(**source, config=config)
     out = sys.stdout
     view = None
     if not as_json:
         view = make_view(out, stream=stream, visual=visual, decode=loaded.tokenizer.decode, warn=echo_err)
-        view.start(config, prompt_length=len(loaded.encode_prompt(**source)) if view.needs_prompt_length else 0)
+        view.start(config)
     result = None
     try:
         for event in events:

@@ -10,7 +10,7 @@ import click
 from ..errors import ModelFormatError
 from ..manifest import MANIFEST_NAME, Manifest, read_manifest
 from ..package import open_package
-from .options import check_model_path, describe
+from .options import check_model_path, describe, resolve_model
 
 
 def _special_tokens(manifest: Manifest, folder: Path) -> dict[str, dict]:
@@ -125,6 +125,7 @@ def command(package: Path | None, as_json: bool, verify: bool) -> None:
         from ..model import default_package_dir
 
         package = default_package_dir()
+    package = resolve_model(package)  # a name in the model store -> its folder
     check_model_path(package)
     doc = info_document(package, verify=verify)
     click.echo(json.dumps(doc, indent=2) if as_json else _text(doc))

@@ -4,31 +4,29 @@ One name everywhere: the flag `--gen-length` is the field `gen_length` is the
 `/set gen_length` key of `unmask chat`. Flags default to "not given", so only
 what the user typed overrides the package's defaults; `none` clears an optional
 field (`--threshold none`). Types, choices and help text are read from
-GenerationConfig itself (its annotations, its algorithm/cache tuples and the
-one-line comment beside each field), so nothing here repeats a default.
+GenerationConfig itself (its annotations, its algorithm/cache tuples and each
+field's `metadata["help"]`), so nothing here repeats a default.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import io
 import os
-import tokenize
 import types
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import click
 
-from ..config import ALGORITHMS, CACHE_MODES, GenerationConfig
+from ..config import ALGORITHMS, CACHE_MODES, GenerationConfig, ModelFacts
 from ..errors import ConfigError, ModelFormatError
+from ..store import resolve as resolve_model
 
-# Model facts come from the package manifest, never from a flag.
-MODEL_FACTS = ("mask_id", "eos_id", "eot_id", "shift_logits")
-SETTINGS = tuple(name for name in GenerationConfig.field_names() if name not in MODEL_FACTS)
+if TYPE_CHECKING:  # unmask.model loads onnxruntime: only once a command opens a model
+    from ..model import Model
+
 CHOICES: dict[str, tuple[str, ...]] = {"algorithm": ALGORITHMS, "cache": CACHE_MODES}
 NONE_WORDS = ("none", "off", "null")
 
@@ -80,24 +78,6 @@ class Setting:
             raise ConfigError(f"{self.name}: expected {kind}{extra}, got {word!r}") from None
 
 
-def _field_comments() -> dict[str, str]:
-    """The trailing `# why` comment of each field in config.py (the help text's one home)."""
-    try:
-        source = inspect.getsource(GenerationConfig)
-    except (OSError, TypeError):  # no source shipped: help text without descriptions
-        return {}
-    comments: dict[str, str] = {}
-    current: str | None = None
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NAME and tok.start[1] == 4 and current is None:
-            current = tok.string
-        elif tok.type == tokenize.COMMENT and current is not None:
-            comments.setdefault(current, tok.string.lstrip("# ").strip())
-        elif tok.type in (tokenize.NEWLINE, tokenize.NL):
-            current = None
-    return comments
-
-
 def _kind(annotation: Any) -> tuple[type, bool]:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -108,15 +88,12 @@ def _kind(annotation: Any) -> tuple[type, bool]:
 
 @functools.cache
 def settings() -> dict[str, Setting]:
-    """Every user-facing GenerationConfig field, in declaration order."""
+    """Every GenerationConfig field, in declaration order."""
     hints = typing.get_type_hints(GenerationConfig)
-    comments = _field_comments()
     out = {}
     for f in fields(GenerationConfig):
-        if f.name in MODEL_FACTS:
-            continue
         kind, optional = _kind(hints[f.name])
-        out[f.name] = Setting(f.name, kind, optional, CHOICES.get(f.name), comments.get(f.name, ""))
+        out[f.name] = Setting(f.name, kind, optional, CHOICES.get(f.name), f.metadata["help"])
     return out
 
 
@@ -172,10 +149,9 @@ _CLEARED = _Cleared()
 
 
 def _setting_option(s: Setting) -> Callable:
-    help_text = s.help or s.name
     if s.kind is bool:
-        return click.option(f"{s.flag}/--no-{s.flag[2:]}", s.name, default=None, help=help_text)
-    return click.option(s.flag, s.name, type=_SettingType(s), default=None, help=help_text)
+        return click.option(f"{s.flag}/--no-{s.flag[2:]}", s.name, default=None, help=s.help)
+    return click.option(s.flag, s.name, type=_SettingType(s), default=None, help=s.help)
 
 
 def generation_options(func: Callable | None = None, *, exclude: Iterable[str] = ()) -> Callable:
@@ -190,7 +166,7 @@ def generation_options(func: Callable | None = None, *, exclude: Iterable[str] =
     options += [
         click.option("--device", default="auto", show_default=True,
                      help="Execution provider: auto, cpu, cuda, dml, coreml (see `unmask devices`)."),
-        click.option("--threads", type=click.IntRange(min=1), default=None,
+        click.option("--threads", type=int, default=None,  # checked by unmask.load, the one thread-count rule
                      help="CPU threads for ONNX Runtime and the decoder [default: the device profile's]."),
         click.option("-v", "--verbose", is_flag=True, help="Print the resolved settings before running."),
     ]
@@ -212,14 +188,9 @@ def pop_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------- resolving
 
 
-def resolve_config(base: GenerationConfig, overrides: Mapping[str, Any]) -> GenerationConfig:
-    """The model's defaults with the user's overrides, checked once (ConfigError on contradictions)."""
-    return base.replace(**dict(overrides)).validate()
-
-
 def ineffective(config: GenerationConfig, names: Iterable[str], *, architecture: str | None = None,
                 cache_reuse: bool = True) -> list[str]:
-    """One line per given setting that changes nothing for this model and algorithm (STYLE.md §5)."""
+    """One line per given setting that changes nothing for this model and algorithm (never ignored silently)."""
     notes = []
     schedule = "block schedule" if config.uses_block_schedule else "timestep schedule"
     family = f"{architecture}, " if architecture else ""
@@ -240,15 +211,17 @@ def ineffective(config: GenerationConfig, names: Iterable[str], *, architecture:
     return notes
 
 
-def describe(config: GenerationConfig, package_defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
-    """The resolved settings, one per line, each with where its value came from (for --verbose)."""
+def describe(config: GenerationConfig, package_defaults: Mapping[str, Any], overrides: Mapping[str, Any],
+             facts: ModelFacts | None = None) -> str:
+    """The resolved settings, one per line, each with where its value came from (for --verbose),
+    then the model's facts."""
+    values = {**config.to_dict(), **(facts.to_dict() if facts is not None else {})}
     lines = []
-    width = max(len(n) for n in GenerationConfig.field_names())
-    for name in GenerationConfig.field_names():
-        value = getattr(config, name)
+    width = max(map(len, values))
+    for name, value in values.items():
         if name in overrides:
             source = "flag"
-        elif name in MODEL_FACTS:
+        elif name not in GenerationConfig.field_names():
             source = "model"
         elif name in package_defaults:
             source = "package"
@@ -294,44 +267,38 @@ def echo_err(message: str) -> None:
 # ---------------------------------------------------------------------- model + settings, once per command
 
 
-def open_model(path: str | os.PathLike | None, device: str, threads: int | None):
-    """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`)."""
+def open_model(path: str | os.PathLike | None, device: str, threads: int | None, **options: Any):
+    """unmask.load with the CLI's friendlier checks first (a missing path suggests `unmask export`);
+    `options` are load()'s keyword-only ones (profile_prefix)."""
+    path = resolve_model(path)  # a name in the model store -> its folder
     check_model_path(path)
     from ..model import load
 
-    return load(path, device=device, threads=threads)
+    return load(path, device=device, threads=threads, **options)
 
 
-def prepare(model: Any, overrides: Mapping[str, Any], *, verbose: bool) -> GenerationConfig:
-    """Resolve the settings once: reject contradictions, report flags with no effect, print with -v."""
-    config = model.resolve_config(**overrides)
+def prepare(model: Model, overrides: Mapping[str, Any], *, verbose: bool, defaults: Mapping[str, Any] | None = None,
+            heading: str = "settings:") -> GenerationConfig:
+    """Resolve the settings once per command: reject contradictions, report flags with no effect,
+    print them with -v. `defaults` go between the package's and the flags (eval's task length)."""
+    defaults = dict(defaults or {})
+    config = model.resolve_config(**{**defaults, **overrides})
     for note in ineffective(config, overrides, architecture=model.manifest.architecture,
-                            cache_reuse=getattr(model, "cache_reuse", True)):
+                            cache_reuse=model.cache_reuse):
         echo_err(f"note: {note}")
     if verbose:
         echo_err(f"model: {model_label(model)}")
-        echo_err("settings:")
-        echo_err(describe(config, model.manifest.generation, overrides))
+        echo_err(heading)
+        echo_err(describe(config, {**model.manifest.generation, **defaults}, overrides, model.facts))
     return config
 
 
-def model_label(model: Any) -> str:
+def model_label(model: Model) -> str:
     m = model.manifest
     return (f"{model.package.folder} ({m.architecture}, {m.precision}) on {provider_of(model)}, "
             f"{model.threads} threads")
 
 
-def provider_of(model: Any) -> str:
-    try:
-        return model.engine.session.get_providers()[0]
-    except (AttributeError, IndexError):
-        return "unknown"
-
-
-def as_overrides(config: GenerationConfig) -> dict[str, Any]:
-    """Every user-facing field of a resolved config, as keyword overrides for Model.stream/generate.
-
-    Keywords, not `config=`: Model.resolve_config only applies the fields of `config` that differ
-    from GenerationConfig(), which would lose e.g. `--threshold none` over a package default.
-    """
-    return {name: getattr(config, name) for name in SETTINGS}
+def provider_of(model: Model) -> str:
+    """The execution provider the model's session runs on (the first of its list)."""
+    return model.engine.session.get_providers()[0]

@@ -21,13 +21,11 @@ _HIDE_CURSOR, _SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 class BlockView:
     """Print the text of each finished block as soon as the decoder finishes it."""
 
-    needs_prompt_length = False
-
     def __init__(self, out: TextIO):
         self.out = out
         self.shown = ""
 
-    def start(self, config: Any, prompt_length: int = 0) -> None:
+    def start(self, config: Any) -> None:
         self.shown = ""
 
     def event(self, ev: Any) -> None:
@@ -62,16 +60,13 @@ class FinalView(BlockView):
 class CanvasView:
     """Redraw the whole generation region after every step; masked positions as MASK_GLYPH."""
 
-    needs_prompt_length = True
-
     def __init__(self, out: TextIO, decode: Callable[[list[int]], str], *, glyph: str = MASK_GLYPH):
         self.out = out
         self.decode = decode
         self.glyph = glyph
         self.lines = 0
 
-    def start(self, config: Any, prompt_length: int = 0) -> None:
-        self.offset = prompt_length  # event positions are absolute; the canvas is the generated region
+    def start(self, config: Any) -> None:
         self.length = int(config.gen_length)
         self.steps = int(config.resolved_steps)
         self.canvas: list[int | None] = [None] * self.length
@@ -82,7 +77,7 @@ class CanvasView:
 
     def event(self, ev: Any) -> None:
         for position, token in zip(ev.positions, ev.tokens):
-            index = int(position) - self.offset
+            index = int(position) - int(ev.gen_start)  # positions are absolute; the canvas is the generation
             if 0 <= index < self.length:
                 self.canvas[index] = int(token)
         self.step = int(ev.step) + 1

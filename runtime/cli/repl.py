@@ -15,12 +15,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 
 from .. import __version__
+from ..config import GenerationConfig
 from ..errors import ConfigError, UnmaskError
-from .options import as_overrides, describe, parse_setting
+from ..manifest import write_text_atomic
+from .options import describe, parse_setting
 from .render import BlockView, CanvasView
+
+if TYPE_CHECKING:  # unmask.model loads onnxruntime
+    from ..model import ChatSession, Model
 
 PROMPT = ">>> "
 HELP = """commands:
@@ -35,17 +40,20 @@ HELP = """commands:
 class ChatLoop:
     """One chat session driven by lines of text."""
 
-    def __init__(self, model: Any, session: Any, overrides: dict[str, Any], *,
+    def __init__(self, model: Model, session: ChatSession, overrides: dict[str, Any], *,
                  view: BlockView | CanvasView, out: TextIO, err: TextIO, model_path: str | None = None):
         self.model = model
-        self.session = session
-        self.overrides = dict(overrides)  # the user's settings so far (flags, then /set)
-        self.config = model.resolve_config(**self.overrides)
+        self.session = session  # holds the resolved settings every turn runs with
+        self.overrides = dict(overrides)  # the user's settings so far (flags, then /set): for /set and /save
         self.view = view
         self.out = out
         self.err = err
         self.model_path = model_path
         self.last = None  # Result of the last finished answer
+
+    @property
+    def config(self) -> GenerationConfig:
+        return self.session.config
 
     # ------------------------------------------------------------------ driving
     def run(self, lines: Iterable[str]) -> None:
@@ -67,12 +75,9 @@ class ChatLoop:
         return True
 
     def answer(self, text: str) -> None:
-        events = self.session.stream(text, **as_overrides(self.config))
+        events = self.session.stream(text)
         view = self.view
-        if view.needs_prompt_length:
-            view.start(self.config, prompt_length=len(self.model.encode_prompt(messages=self.session.messages(text))))
-        else:
-            view.start(self.config)
+        view.start(self.config)
         result = None
         try:
             for event in events:
@@ -128,14 +133,14 @@ class ChatLoop:
 
     def set(self, rest: str) -> None:
         if not rest:
-            self.say(describe(self.config, self.model.manifest.generation, self.overrides))
+            self.say(describe(self.config, self.model.manifest.generation, self.overrides, self.model.facts))
             return
         key, _, value = rest.partition(" ")
         if not value.strip():
             raise ConfigError(f"usage: /set KEY VALUE (e.g. /set {key} ...)")
         name, parsed = parse_setting(key, value)
         overrides = {**self.overrides, name: parsed}
-        self.config = self.model.resolve_config(**overrides)  # raises before anything changes
+        self.session.config = self.model.resolve_config(**overrides)  # raises before anything changes
         self.overrides = overrides
         shown = "none" if parsed is None else parsed
         self.say(f"{name} = {shown}")
@@ -167,12 +172,9 @@ class ChatLoop:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename over it (no half-written file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from exc
 
 

@@ -64,7 +64,7 @@ class TestCudaDevice:
 
 @pytest.fixture(scope="module")
 def fp16_package(tmp_path_factory):
-    """The tiny LLaDA fixture exported in fp16 for the cuda target (export helper's API, CONTRACTS.md)."""
+    """The tiny LLaDA fixture exported in fp16 for the cuda target."""
     testing = pytest.importorskip("unmask.export.testing")
     from unmask.export import export_model
 

@@ -15,7 +15,8 @@ from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ...tasks import BOS, CHAT_TEMPLATE, EOS, EOT, MASK, SPECIAL_TOKENS
+from unmask.manifest import write_text_atomic
+from unmask.tasks import BOS, CHAT_TEMPLATE, EOS, EOT, MASK, SPECIAL_TOKENS
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:
@@ -48,7 +49,7 @@ def special_ids(tokenizer: Tokenizer) -> dict[str, int]:
 def save_tokenizer(tokenizer: Tokenizer, out_dir: str | os.PathLike) -> None:
     """tokenizer.json plus the tokenizer_config.json / special_tokens_map.json an HF folder carries."""
     out = Path(out_dir)
-    _atomic_write(out / "tokenizer.json", tokenizer.to_str())
+    write_text_atomic(out / "tokenizer.json", tokenizer.to_str())
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": BOS, "eos_token": EOS, "pad_token": EOS, "mask_token": MASK,
@@ -57,12 +58,6 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: str | os.PathLike) -> None:
         "model_max_length": 4096,
         "clean_up_tokenization_spaces": False,
     }
-    _atomic_write(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    write_text_atomic(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
     specials = {k: config[k] for k in ("bos_token", "eos_token", "pad_token", "mask_token", "additional_special_tokens")}
-    _atomic_write(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")

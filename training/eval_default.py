@@ -1,6 +1,6 @@
-"""The README table of the embedded model: held-out exact match and decoding speed, one run.
+"""The embedded model's table in the top-level README: held-out exact match and speed, one run.
 
-    python benchmarks/eval_default.py /work/devenv/default-model-ckpt [--limit 200] [--threads 2]
+    python training/eval_default.py /path/to/checkpoint [--limit 200] [--threads 2]
 
 Exports the checkpoint to fp32, int8 and int4 packages in a temporary folder (the
 standard export, plus the tasks.json the embedded model ships with), then evaluates

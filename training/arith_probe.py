@@ -1,6 +1,6 @@
 """Where a package's arithmetic goes wrong: exact match by operation and operand digit counts.
 
-    python benchmarks/arith_probe.py [PKG] [--per-shape 40] [--threads 2] [settings as in unmask eval]
+    python training/arith_probe.py [PKG] [--per-shape 40] [--threads 2] [settings as in unmask eval]
 
 The held-out arithmetic family draws its terms uniformly from 0..999, so nine in ten
 are 3-digit and one overall score hides which shapes fail. This asks `--per-shape`
@@ -21,7 +21,7 @@ import sys
 
 import unmask
 from unmask import tasks
-from unmask.evaluate import eval_config, read_task_spec
+from unmask.evaluate import read_task_spec, task_defaults
 
 TEMPLATES = ("What is {a} {op} {b}?", "Compute {a} {op} {b}.", "What is {a} {word} {b}?", "Calculate {a} {op} {b}.")
 WORDS = {"+": "plus", "-": "minus", "*": "times"}
@@ -66,7 +66,7 @@ def main() -> None:
 
     model = unmask.load(args.package, device="cpu", threads=args.threads)
     overrides = {k: v for k, v in (("threshold", args.threshold), ("cache", args.cache)) if v is not None}
-    cfg = eval_config(model, read_task_spec(model.package.folder), **overrides)
+    cfg = model.resolve_config(**task_defaults(read_task_spec(model.package.folder)), **overrides)
     rng = random.Random(args.seed)
     print(f"{model.package.folder} ({model.manifest.precision}), {args.per_shape} held-out questions per shape, "
           f"algorithm {cfg.algorithm}, threshold {cfg.threshold}, cache {cfg.cache}")

@@ -1,7 +1,7 @@
 """Ship a trained checkpoint as the embedded default model (runtime/models/default/).
 
-    python -m unmask.export.ship_default /work/devenv/default-model-ckpt
-    python -m unmask.export.ship_default CKPT --out some/folder      # anywhere else
+    python -m training.ship_default /work/devenv/default-model-ckpt
+    python -m training.ship_default CKPT --out some/folder      # anywhere else
 
 The checkpoint goes through the standard export (int8, CPU, validated against fp32); the
 package's generation defaults become the tasks' generation length in one block (what the
@@ -19,12 +19,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from .. import tasks
-from ..errors import ModelFormatError, UnmaskError
-from ..evaluate import TaskSpec, evaluate, write_task_spec
-from ..manifest import generation_defaults, read_manifest, write_manifest
-from ..config import GenerationConfig
-from .package import export_model
+from unmask import tasks
+from unmask.config import GenerationConfig
+from unmask.errors import ModelFormatError, UnmaskError
+from unmask.evaluate import TaskSpec, evaluate, write_task_spec
+from unmask.export import export_model
+from unmask.manifest import generation_defaults, read_manifest, write_manifest
 
 MAX_BYTES = 10 * 1000 * 1000  # the wheel carries the model: at most 10 MB for the whole folder
 PRECISION = "int8"
@@ -88,7 +88,7 @@ def replace_folder(staged: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unmask.export.ship_default", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m training.ship_default", description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", help="HF-layout LLaDA checkpoint folder trained on unmask.tasks")
     parser.add_argument("--out", type=Path, default=SOURCE_DEFAULT,
                         help=f"destination package folder [default: {SOURCE_DEFAULT}, from the checkout's root]")
