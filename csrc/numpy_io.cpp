@@ -44,6 +44,8 @@ void register_errors() {
     // Leaked on purpose: the classes must outlive every translator call, even at interpreter exit.
     static py::object* config = new py::object(py::module_::import("unmask.errors").attr("ConfigError"));
     static py::object* model = new py::object(py::module_::import("unmask.errors").attr("ModelFormatError"));
+    static py::object* input = new py::object(py::module_::import("unmask.errors").attr("InputError"));
+    static py::object* state = new py::object(py::module_::import("unmask.errors").attr("StateError"));
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
@@ -52,9 +54,9 @@ void register_errors() {
         } catch (const ModelFormatError& e) {
             PyErr_SetString(model->ptr(), e.what());
         } catch (const InputError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            PyErr_SetString(input->ptr(), e.what());
         } catch (const StateError& e) {
-            PyErr_SetString(PyExc_RuntimeError, e.what());
+            PyErr_SetString(state->ptr(), e.what());
         }
     });
 }

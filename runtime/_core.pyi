@@ -1,8 +1,9 @@
 """Type stub of unmask._core, the C++ decoding core (csrc/bindings.cpp).
 
 Private: use unmask.decode / unmask.decoding.make_decoder, which build DecodeParams from a
-GenerationConfig. Errors: ConfigError / ModelFormatError (unmask.errors) for bad settings,
-ValueError for bad input arrays, RuntimeError for calls out of order.
+GenerationConfig. Errors (unmask.errors): ConfigError / ModelFormatError for bad settings,
+InputError (a ValueError) for bad input arrays, StateError (a RuntimeError) for calls out of
+order or from a second thread while advance() runs: a Decoder serves one call at a time.
 """
 
 from typing import ClassVar

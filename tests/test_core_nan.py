@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import unmask
-from unmask import GenerationConfig, _core
+from unmask import GenerationConfig, InputError, ModelFacts, _core
 
 V, MASK, EOT = 24, 23, 7
 ALGORITHMS = ("LOW_CONFIDENCE", "RANDOM", "ORIGIN", "MASKGIT_PLUS", "TOPK_MARGIN", "ENTROPY")
@@ -54,7 +54,7 @@ class TestOneRule:
     @pytest.mark.parametrize("value", [np.nan, np.inf])
     @pytest.mark.parametrize("dtype", [np.float32, np.float16])
     def test_nan_or_plus_inf_raises_on_every_path(self, algorithm, filt, temperature, value, dtype):
-        with pytest.raises(ValueError, match="NaN or infinite"):
+        with pytest.raises(InputError, match="NaN or infinite"):
             score(params(algorithm, filt, temperature), rows((2, 5, value)), dtype)
 
     @pytest.mark.parametrize("algorithm,filt,temperature", PATHS)
@@ -62,7 +62,7 @@ class TestOneRule:
         logits = rows()
         logits[1, :] = -np.inf
         logits[1, MASK] = 5.0  # the banned mask id does not make the row scorable
-        with pytest.raises(ValueError, match="NaN or infinite"):
+        with pytest.raises(InputError, match="NaN or infinite"):
             score(params(algorithm, filt, temperature), logits)
 
     @pytest.mark.parametrize("algorithm,filt,temperature", PATHS)
@@ -91,7 +91,7 @@ class TestOneRule:
     @pytest.mark.parametrize("algorithm,filt", list(itertools.product(ALGORITHMS, FILTERS)))
     def test_guidance_that_makes_inf_minus_inf_raises(self, algorithm, filt):
         logits = np.stack([rows((1, 5, np.inf)), rows((1, 5, np.inf))])  # cond - uncond = NaN
-        with pytest.raises(ValueError, match="NaN or infinite"):
+        with pytest.raises(InputError, match="NaN or infinite"):
             score(params(algorithm, filt, 0.0, cfg_scale=1.0), logits)
 
     @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -101,7 +101,7 @@ class TestOneRule:
         p = params(algorithm, None, temperature)
         p.eot_id = EOT
         p.confidence_eos_eot_inf = True
-        with pytest.raises(ValueError, match="NaN or infinite"):
+        with pytest.raises(InputError, match="NaN or infinite"):
             score(p, rows((0, EOT, np.nan)))
 
 
@@ -111,7 +111,7 @@ class TestDecodeWithFilters:
     @pytest.mark.parametrize("filters", [{"top_k": 3}, {"top_p": 0.5}, {}])
     @pytest.mark.parametrize("algorithm", ["maskgit_plus", "entropy", "origin"])
     def test_nan_logits_raise_with_and_without_filters(self, filters, algorithm):
-        cfg = GenerationConfig(gen_length=8, steps=8, algorithm=algorithm, mask_id=MASK, temperature=0.5, **filters)
+        cfg = GenerationConfig(gen_length=8, steps=8, algorithm=algorithm, temperature=0.5, **filters)
         rng = np.random.default_rng(0)
 
         def forward(ids):
@@ -119,5 +119,5 @@ class TestDecodeWithFilters:
             logits[0, :, 9] = np.nan  # NaN at one token, everywhere
             return logits
 
-        with pytest.raises(ValueError, match="NaN or infinite"):
-            unmask.decode(forward, np.array([1, 2], np.int64), cfg)
+        with pytest.raises(InputError, match="NaN or infinite"):
+            unmask.decode(forward, np.array([1, 2], np.int64), cfg, facts=ModelFacts(mask_id=MASK))
