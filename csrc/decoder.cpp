@@ -196,13 +196,19 @@ int64_t Decoder::final_end() const {
     return blocks_[static_cast<size_t>(block_)].gen_start;
 }
 
-const Request& Decoder::next_request() const {
+const Request& Decoder::current_request() const {
     if (done_) throw StateError("the decoder is done; there is no next request");
     return request_;
 }
 
+Request Decoder::next_request() const {
+    const Claim claim(use_, "next_request");
+    return current_request();
+}
+
 std::vector<int64_t> Decoder::input_ids() const {
-    const Request& r = next_request();
+    const Claim claim(use_, "input_ids");
+    const Request& r = current_request();
     const int64_t w = r.window_end - r.window_start;
     std::vector<int64_t> out(static_cast<size_t>(r.batch * w));
     for (int64_t i = 0; i < w; ++i) {
@@ -214,7 +220,8 @@ std::vector<int64_t> Decoder::input_ids() const {
 }
 
 StepEvent Decoder::advance(const LogitsView& logits, LogitsLayout layout) {
-    const Request& r = next_request();
+    const Claim claim(use_, "advance");
+    const Request& r = current_request();
     const auto count = static_cast<int64_t>(targets_.size());
     const int64_t rows = layout == LogitsLayout::Window ? r.window_end - r.window_start : count;
     if (logits.batch != r.batch || logits.rows != rows || logits.vocab < 1)

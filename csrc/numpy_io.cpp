@@ -78,9 +78,12 @@ IdArray positions(const StepEvent& e) { return to_array(e.positions); }
 IdArray tokens(const StepEvent& e) { return to_array(e.tokens); }
 
 IdArray input_ids(const Decoder& d) {
-    const Request& r = d.next_request();
-    IdArray out({r.batch, r.window_end - r.window_start});
+    const Request r = d.next_request();
     const std::vector<int64_t> flat = d.input_ids();
+    const int64_t width = r.window_end - r.window_start;
+    if (static_cast<int64_t>(flat.size()) != r.batch * width)  // two claims: another thread advanced between
+        throw StateError("input_ids: the decoder advanced in another thread during the call");
+    IdArray out({r.batch, width});
     std::copy(flat.begin(), flat.end(), out.mutable_data());
     return out;
 }
