@@ -7,33 +7,10 @@
 #include "policy.h"
 
 namespace unmask {
-namespace {
-
-void check_params(const DecodeParams& p) {
-    if (p.mask_id < 0) throw ConfigError("mask_id must be set (the model's [MASK] token id)");
-    if (p.gen_length < 1) throw ConfigError("gen_length must be >= 1");
-    if (p.block_length < 1 || p.gen_length % p.block_length)
-        throw ConfigError("block_length must divide gen_length");
-    const int64_t blocks = p.gen_length / p.block_length;
-    if (p.steps < 1 || p.steps % blocks)
-        throw ConfigError("steps must be a positive multiple of the number of blocks");
-    if (p.threshold && p.factor) throw ConfigError("set only one of threshold and factor");
-    if (p.temperature < 0 || p.alg_temp < 0 || p.cfg_scale < 0) throw ConfigError("negative temperature or scale");
-    if (p.top_k && *p.top_k < 1) throw ConfigError("top_k must be >= 1");
-    if (p.top_p && !(*p.top_p > 0 && *p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
-    if (!(p.eps > 0 && p.eps < 1)) throw ConfigError("eps must be in (0, 1)");
-    if (p.logits_eos_inf && !p.eos_id) throw ConfigError("logits_eos_inf needs eos_id");
-    if (p.confidence_eos_eot_inf && !p.eos_id && !p.eot_id)
-        throw ConfigError("confidence_eos_eot_inf needs eos_id or eot_id");
-    if (p.threads < 0) throw ConfigError("threads must be >= 0");
-}
-
-}  // namespace
 
 Decoder::Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const std::vector<int64_t>& fixed,
                  bool infill)
-    : params_(params), rng_{params.seed}, rules_(token_rules(params)) {
-    check_params(params_);
+    : params_(params), rng_{params.seed}, rules_(token_rules(params)) {  // token_rules checks params
     if (prompt.empty()) throw InputError("prompt_ids is empty: give at least one token (e.g. BOS)");
     prompt_length_ = static_cast<int64_t>(prompt.size());
     const int64_t gen = params_.gen_length, mask = params_.mask_id;

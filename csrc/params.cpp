@@ -71,7 +71,7 @@ int max_threads() {
     return hw > static_cast<unsigned>(kMinMaxThreads) ? static_cast<int>(hw) : kMinMaxThreads;
 }
 
-void check_decode_params(const DecodeParams& p) {
+void check_params(const DecodeParams& p) {
     check_ids(p);
     check_sizes(p);
     check_sampling(p);

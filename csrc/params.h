@@ -49,6 +49,6 @@ int max_threads();                                // max(kMinMaxThreads, hardwar
 
 // Throws ConfigError naming the first parameter out of its range (every field is checked:
 // the struct is reachable from Python without GenerationConfig.validate()).
-void check_decode_params(const DecodeParams& p);
+void check_params(const DecodeParams& p);
 
 }  // namespace unmask

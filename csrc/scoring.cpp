@@ -327,7 +327,7 @@ void score_rows_typed(const LogitsView& view, int64_t count, double cfg_scale, c
 }  // namespace
 
 TokenRules token_rules(const DecodeParams& p) {
-    check_decode_params(p);  // rules are built only from checked params: negative ids would index rows
+    check_params(p);  // rules are built only from checked params: negative ids would index rows
     TokenRules r;
     r.algorithm = p.algorithm;
     r.temperature = p.temperature;

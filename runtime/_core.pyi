@@ -12,6 +12,11 @@ import numpy as np
 import numpy.typing as npt
 
 ABI_VERSION: int
+MAX_LENGTH: int  # largest gen_length and steps the core accepts
+MIN_TEMPERATURE: float  # smallest positive temperature (below it 1/T overflows float32)
+
+def max_threads() -> int:
+    """Largest thread count the core accepts: max(256, this machine's hardware threads)."""
 
 class _Enum:
     """What every pybind11 enum below offers (a typing aid: no such base class exists at runtime)."""
