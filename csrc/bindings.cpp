@@ -12,6 +12,9 @@ using namespace unmask;
 PYBIND11_MODULE(_core, m) {
     m.doc() = "unmask C++ core: the parallel-unmasking decoder";
     m.attr("ABI_VERSION") = 3;
+    m.attr("MAX_LENGTH") = kMaxLength;
+    m.attr("MIN_TEMPERATURE") = kMinTemperature;
+    m.def("max_threads", &max_threads);
     py_io::register_errors();
 
     py::enum_<Algorithm>(m, "Algorithm")

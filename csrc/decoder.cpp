@@ -7,40 +7,10 @@
 #include "policy.h"
 
 namespace unmask {
-namespace {
-
-void check_params(const DecodeParams& p) {
-    if (p.mask_id < 0) throw ConfigError("mask_id must be set (the model's [MASK] token id)");
-    if (p.gen_length < 1) throw ConfigError("gen_length must be >= 1");
-    if (p.block_length < 1 || p.gen_length % p.block_length)
-        throw ConfigError("block_length must divide gen_length");
-    const int64_t blocks = p.gen_length / p.block_length;
-    if (p.steps < 1 || p.steps % blocks)
-        throw ConfigError("steps must be a positive multiple of the number of blocks");
-    if (p.threshold && p.factor) throw ConfigError("set only one of threshold and factor");
-    if (p.temperature < 0 || p.alg_temp < 0 || p.cfg_scale < 0) throw ConfigError("negative temperature or scale");
-    if (p.top_k && *p.top_k < 1) throw ConfigError("top_k must be >= 1");
-    if (p.top_p && !(*p.top_p > 0 && *p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
-    if (!(p.eps > 0 && p.eps < 1)) throw ConfigError("eps must be in (0, 1)");
-    if (p.logits_eos_inf && !p.eos_id) throw ConfigError("logits_eos_inf needs eos_id");
-    if (p.confidence_eos_eot_inf && !p.eos_id && !p.eot_id)
-        throw ConfigError("confidence_eos_eot_inf needs eos_id or eot_id");
-    if (p.threads < 0) throw ConfigError("threads must be >= 0");
-    const bool sdar = schedule_of(p.algorithm) == Schedule::Sdar;
-    if (sdar && p.steps / blocks > p.block_length)
-        throw ConfigError("SDAR's schedule needs steps per block <= block_length");
-    if ((p.algorithm == Algorithm::LowConfidenceDynamic || p.algorithm == Algorithm::EntropyBounded) && !p.threshold)
-        throw ConfigError("low_confidence_dynamic and entropy_bounded need a threshold");
-    if (sdar && p.factor) throw ConfigError("factor does not apply to SDAR's algorithms");
-    if (p.cache == CacheMode::Block && !sdar) throw ConfigError("cache block needs an SDAR algorithm (block layout)");
-}
-
-}  // namespace
 
 Decoder::Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const std::vector<int64_t>& fixed,
                  bool infill)
-    : params_(params), rng_{params.seed}, rules_(token_rules(params)) {
-    check_params(params_);
+    : params_(params), rng_{params.seed}, rules_(token_rules(params)) {  // token_rules checks params
     if (prompt.empty()) throw InputError("prompt_ids is empty: give at least one token (e.g. BOS)");
     prompt_length_ = static_cast<int64_t>(prompt.size());
     const int64_t gen = params_.gen_length, mask = params_.mask_id;
@@ -256,13 +226,19 @@ int64_t Decoder::final_end() const {
     return blocks_[static_cast<size_t>(block_)].gen_start;
 }
 
-const Request& Decoder::next_request() const {
+const Request& Decoder::current_request() const {
     if (done_) throw StateError("the decoder is done; there is no next request");
     return request_;
 }
 
+Request Decoder::next_request() const {
+    const Claim claim(use_, "next_request");
+    return current_request();
+}
+
 std::vector<int64_t> Decoder::input_ids() const {
-    const Request& r = next_request();
+    const Claim claim(use_, "input_ids");
+    const Request& r = current_request();
     const int64_t w = r.window_end - r.window_start;
     std::vector<int64_t> out(static_cast<size_t>(r.batch * w));
     for (int64_t i = 0; i < w; ++i) {
@@ -274,7 +250,8 @@ std::vector<int64_t> Decoder::input_ids() const {
 }
 
 StepEvent Decoder::advance(const LogitsView& logits, LogitsLayout layout) {
-    const Request& r = next_request();
+    const Claim claim(use_, "advance");
+    const Request& r = current_request();
     const auto count = static_cast<int64_t>(targets_.size());
     const int64_t rows = layout == LogitsLayout::Window ? r.window_end - r.window_start : count;
     if (logits.batch != r.batch || logits.rows != rows || logits.vocab < 1)

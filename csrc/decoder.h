@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "guard.h"
 #include "params.h"
 #include "policy.h"
 #include "rng.h"
@@ -49,14 +50,23 @@ struct StepEvent {
     bool block_done = false, done = false;
 };
 
+// Every call that reads or writes the changing state claims the decoder (guard.h): advance()
+// runs without the GIL, so a second thread calling in meanwhile gets a StateError instead of
+// racing on freed buffers. The rest is fixed at construction.
 class Decoder {
 public:
     // prompt: P ids; fixed: gen_length ids (mask id = hole, else pinned) or empty;
     // infill: mask ids inside the prompt are holes, filled with the first block.
     Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const std::vector<int64_t>& fixed, bool infill);
 
-    bool done() const { return done_; }
-    const std::vector<int64_t>& ids() const { return x_; }
+    bool done() const {
+        const Claim claim(use_, "done");
+        return done_;
+    }
+    std::vector<int64_t> ids() const {  // a copy, taken under the claim
+        const Claim claim(use_, "ids");
+        return x_;
+    }
     int64_t prompt_length() const { return prompt_length_; }
     int64_t length() const { return static_cast<int64_t>(x_.size()); }
     const DecodeParams& params() const { return params_; }
@@ -64,7 +74,7 @@ public:
     std::vector<int64_t> block_ends() const;  // absolute end of each block's generation region
     int64_t max_window() const;  // widest window of a step other than a whole-sequence refresh
 
-    const Request& next_request() const;
+    Request next_request() const;            // a copy, taken under the claim
     std::vector<int64_t> input_ids() const;  // [batch, window] row-major
     // logits [batch, K, V] in logits_index order (Rows) or [batch, W, V] for the whole window (Window).
     StepEvent advance(const LogitsView& logits, LogitsLayout layout);
@@ -75,6 +85,7 @@ private:
         int64_t gen_start, gen_end;  // its part of the generation region
     };
 
+    const Request& current_request() const;  // next_request() without the claim
     uint64_t global_step() const { return static_cast<uint64_t>(block_ * steps_per_block_ + step_); }
     StepContext context() const;
     StepKind step_kind() const;                         // the kind of the step about to run
@@ -101,6 +112,7 @@ private:
     int64_t pending_block_ = -1;         // the block a Store pass stores
     std::vector<int64_t> targets_;  // positions the current request scores
     Request request_;
+    mutable InUse use_;
 };
 
 }  // namespace unmask

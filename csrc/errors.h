@@ -11,10 +11,10 @@ struct ConfigError : std::invalid_argument {      // -> unmask.ConfigError
 struct ModelFormatError : std::runtime_error {     // -> unmask.ModelFormatError
     using std::runtime_error::runtime_error;
 };
-struct InputError : std::invalid_argument {       // -> ValueError (bad ids, bad logits)
+struct InputError : std::invalid_argument {       // -> unmask.InputError, a ValueError (bad ids, bad logits)
     using std::invalid_argument::invalid_argument;
 };
-struct StateError : std::logic_error {            // -> RuntimeError (API used out of order)
+struct StateError : std::logic_error {            // -> unmask.StateError, a RuntimeError (out of order, concurrent)
     using std::logic_error::logic_error;
 };
 

@@ -29,6 +29,7 @@ inline float load(const uint16_t* row, int64_t i) { return half_to_float(row[i])
 
 // exp(x) for x <= 0 within ~2 ulp (Cephes expf polynomial); exactly 0 below -87.
 inline float exp_nonpositive(float x) {
+    if (x != x) return x;  // NaN stays NaN (and never reaches the float -> int conversion below)
     const float xc = x < -87.0f ? -87.0f : x;
     const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
     const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -53,8 +54,11 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
 inline v8f exp_nonpositive(v8f x) {
-    const v8f lo = x - x - 87.0f;
-    const v8i below = x < lo;
+    // The floor is built from a zero vector, not from x: x - x is NaN for x = -inf, which
+    // turned exp(-inf) into NaN and made a row holding -inf unscorable at temperature > 0.
+    const v8f zero = {};
+    const v8f lo = zero - 87.0f;
+    const v8i below = x < lo;  // -inf included; NaN compares false and stays NaN below
     const v8f xc = below ? lo : x;
     const v8f n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const v8f r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -68,12 +72,16 @@ inline v8f exp_nonpositive(v8f x) {
     v8f scale;
     std::memcpy(&scale, &bits, sizeof(scale));
     const v8f e = p * scale;
-    return below ? x - x : e;  // 0 (and NaN stays NaN through x - x)
+    return below ? zero : e;
 }
 #pragma GCC diagnostic pop
 #endif
 
 // Sum of e = exp((l - shift) * scale) and, when WithX, of e * (l - shift) * scale (for entropy).
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // calls the v8f exp above (same note as there)
+#endif
 template <bool WithX, class T>
 inline void sweep_exp(const T* row, int64_t begin, int64_t end, float shift, float scale, double& z, double& zx) {
     int64_t i = begin;
@@ -101,5 +109,8 @@ inline void sweep_exp(const T* row, int64_t begin, int64_t end, float shift, flo
         if (WithX && e != 0.0f) zx += e * x;
     }
 }
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace unmask::kernels

@@ -44,6 +44,8 @@ void register_errors() {
     // Leaked on purpose: the classes must outlive every translator call, even at interpreter exit.
     static py::object* config = new py::object(py::module_::import("unmask.errors").attr("ConfigError"));
     static py::object* model = new py::object(py::module_::import("unmask.errors").attr("ModelFormatError"));
+    static py::object* input = new py::object(py::module_::import("unmask.errors").attr("InputError"));
+    static py::object* state = new py::object(py::module_::import("unmask.errors").attr("StateError"));
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
@@ -52,9 +54,9 @@ void register_errors() {
         } catch (const ModelFormatError& e) {
             PyErr_SetString(model->ptr(), e.what());
         } catch (const InputError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            PyErr_SetString(input->ptr(), e.what());
         } catch (const StateError& e) {
-            PyErr_SetString(PyExc_RuntimeError, e.what());
+            PyErr_SetString(state->ptr(), e.what());
         }
     });
 }
@@ -76,9 +78,12 @@ IdArray positions(const StepEvent& e) { return to_array(e.positions); }
 IdArray tokens(const StepEvent& e) { return to_array(e.tokens); }
 
 IdArray input_ids(const Decoder& d) {
-    const Request& r = d.next_request();
-    IdArray out({r.batch, r.window_end - r.window_start});
+    const Request r = d.next_request();
     const std::vector<int64_t> flat = d.input_ids();
+    const int64_t width = r.window_end - r.window_start;
+    if (static_cast<int64_t>(flat.size()) != r.batch * width)  // two claims: another thread advanced between
+        throw StateError("input_ids: the decoder advanced in another thread during the call");
+    IdArray out({r.batch, width});
     std::copy(flat.begin(), flat.end(), out.mutable_data());
     return out;
 }

@@ -11,7 +11,7 @@ namespace unmask::py_io {
 namespace py = pybind11;
 using IdArray = py::array_t<int64_t, py::array::c_style>;
 
-void register_errors();  // C++ exception types -> unmask.ConfigError / ModelFormatError / ValueError / RuntimeError
+void register_errors();  // C++ exception types -> unmask.ConfigError / ModelFormatError / InputError / StateError
 
 Decoder make(const DecodeParams& params, const IdArray& prompt, const py::object& fixed, bool infill);
 IdArray ids(const Decoder& d);

@@ -1,10 +1,13 @@
 // Rows in parallel on std::thread (not OpenMP: torch and onnxruntime bring their own
 // thread runtimes into the same process). Exceptions are re-thrown on the caller.
+// A thread that cannot be created (a container's pids limit, no memory for its stack) is
+// not an error: the caller runs that slice itself, so the work only gets slower.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -36,7 +39,15 @@ void parallel_for(int64_t count, int threads, F&& fn) {
     };
     std::vector<std::thread> pool;
     pool.reserve(static_cast<size_t>(n - 1));
-    for (int64_t t = 1; t < n; ++t) pool.emplace_back(run, t);
+    int64_t started = 1;
+    for (; started < n; ++started) {
+        try {
+            pool.emplace_back(run, started);
+        } catch (const std::system_error&) {
+            break;  // the slices from here on run on this thread
+        }
+    }
+    for (int64_t t = started; t < n; ++t) run(t);
     run(0);
     for (auto& worker : pool) worker.join();
     if (error) std::rethrow_exception(error);

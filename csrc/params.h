@@ -63,4 +63,14 @@ struct DecodeParams {
     int threads = 0;                      // scoring threads; 0 = hardware concurrency
 };
 
+// Bounds of the core itself; the Python side narrows them by what the model allows.
+constexpr int64_t kMaxLength = int64_t{1} << 17;  // gen_length and steps: 131,072 (a 128k context)
+constexpr double kMinTemperature = 1e-6;          // a positive temperature below it only overflows 1/T
+constexpr int kMinMaxThreads = 256;               // threads cap on machines with fewer hardware threads
+int max_threads();                                // max(kMinMaxThreads, hardware concurrency)
+
+// Throws ConfigError naming the first parameter out of its range (every field is checked:
+// the struct is reachable from Python without GenerationConfig.validate()).
+void check_params(const DecodeParams& p);
+
 }  // namespace unmask

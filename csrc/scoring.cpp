@@ -36,6 +36,11 @@ bool contains(const std::vector<int64_t>& sorted, int64_t id) {
     return std::binary_search(sorted.begin(), sorted.end(), id);
 }
 
+// One rule on every path: a row is unscorable when a logit the sampler may pick is NaN or
+// +inf, or when every such logit is -inf. Banned ids (mask; EOS under logits_eos_inf) are
+// never read, so their values do not matter. -inf elsewhere is an ordinary "never".
+bool usable(float logit) { return logit < std::numeric_limits<float>::infinity(); }  // false for NaN too
+
 struct ExpChunk {
     int64_t begin, end;
     double z;
@@ -127,16 +132,23 @@ void keep_top_k(Support& all, int64_t top_k) {
 
 // The filters (temperature first, then top-p and top-k in the family's order) and the
 // resulting distribution. Returns the kept (token, scaled logit) pairs; tokens outside have
-// probability 0.
+// probability 0. Empty when the row is unscorable (see usable()): NaN would also break the
+// sorts' strict weak order.
 template <class T>
 Support filtered_support(const T* row, int64_t vocab, const TokenRules& r) {
     Support all;
     all.reserve(static_cast<size_t>(vocab));
+    bool bad = false, any_finite = false;
     for_segments(vocab, r.banned, [&](int64_t b, int64_t e) {
-        for (int64_t v = b; v < e; ++v)
-            all.emplace_back(v, r.temperature > 0 ? static_cast<double>(load(row, v)) / r.temperature
-                                                  : static_cast<double>(load(row, v)));
+        for (int64_t v = b; v < e && !bad; ++v) {
+            const float logit = load(row, v);
+            bad = !usable(logit);
+            any_finite = any_finite || logit > kNegInf;
+            all.emplace_back(v, r.temperature > 0 ? static_cast<double>(logit) / r.temperature
+                                                  : static_cast<double>(logit));
+        }
     });
+    if (bad || !any_finite) return {};
     const bool nucleus = r.top_p && *r.top_p < 1.0;
     if (r.top_k && r.top_k_first) keep_top_k(all, *r.top_k);
     if (nucleus && !all.empty()) keep_nucleus(all, *r.top_p);
@@ -177,6 +189,11 @@ RowScore score_block(const T* row, int64_t vocab, const TokenRules& r, const std
         out.token = choice.i1;
     }
     if (out.token < 0 || std::isnan(choice.v1)) return RowScore{};  // unscorable row: token -1, reported by the caller
+    // The same rule as the other paths, before `random` ignores the values: ranked.z is NaN
+    // when a ranked logit is NaN or +inf; unranked ids are read one by one.
+    if (std::isnan(ranked.z)) return RowScore{};
+    for (int64_t id : r.unranked)
+        if (id < vocab && !usable(load(row, id))) return RowScore{};
     if (r.algorithm == Algorithm::Random) {
         out.confidence = rng.uniform(Stream::RandomConfidence, step, position, 0);
         return out;
@@ -200,7 +217,7 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
         if (support.empty()) return RowScore{};  // unscorable row: token -1, reported by the caller
         double m = -std::numeric_limits<double>::infinity();
         for (auto& t : support) m = std::max(m, t.second);
-        if (std::isnan(m)) return RowScore{};  // unscorable row: token -1, reported by the caller
+        if (!std::isfinite(m)) return RowScore{};  // unscorable row: token -1, reported by the caller
         std::vector<double> p(support.size());
         double z = 0.0;
         for (size_t j = 0; j < support.size(); ++j) z += (p[j] = std::exp(support[j].second - m));
@@ -266,8 +283,11 @@ RowScore score_timestep(const T* row, int64_t vocab, const TokenRules& r, const 
 template <class T>
 RowScore score_row(const T* row, int64_t vocab, const TokenRules& r, const std::vector<int64_t>& skip,
                    const CounterRng& rng, uint64_t step, uint64_t position) {
-    return schedule_of(r.algorithm) == Schedule::Block ? score_block(row, vocab, r, skip, rng, step, position)
-                                                       : score_timestep(row, vocab, r, rng, step, position);
+    const RowScore out = schedule_of(r.algorithm) == Schedule::Block
+                             ? score_block(row, vocab, r, skip, rng, step, position)
+                             : score_timestep(row, vocab, r, rng, step, position);
+    // A NaN confidence would sort anywhere among the candidates: never commit on one.
+    return std::isnan(out.confidence) ? RowScore{} : out;
 }
 
 // logits = uncond + (cfg + 1) * (cond - uncond), in float32 like the reference.
@@ -280,8 +300,9 @@ void combine_cfg(const T* cond, const T* uncond, int64_t vocab, float scale, flo
 }
 
 // One slice of rows, everything inlined; on x86-64 GCC also builds an AVX2+FMA clone picked
-// at load time (the portable build stays baseline: no -march flag).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+// at load time (the portable build stays baseline: no -march flag). Not in the sanitizer build:
+// instrumented and flattened, this one function took GCC many minutes; the clone is the same code.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(UNMASK_SANITIZE)
 #define UNMASK_SIMD_CLONES __attribute__((flatten, target_clones("avx2,fma", "default")))
 #else
 #define UNMASK_SIMD_CLONES
@@ -327,6 +348,7 @@ void score_rows_typed(const LogitsView& view, int64_t count, double cfg_scale, c
 }  // namespace
 
 TokenRules token_rules(const DecodeParams& p) {
+    check_params(p);  // rules are built only from checked params: negative ids would index rows
     TokenRules r;
     r.algorithm = p.algorithm;
     r.temperature = p.temperature;
@@ -358,6 +380,8 @@ TokenRules token_rules(const DecodeParams& p) {
 void score_rows(const LogitsView& view, int64_t count, double cfg_scale, const TokenRules& rules,
                 const CounterRng& rng, uint64_t step, const int64_t* positions, RowScore* out, int threads) {
     if (view.vocab < 1) throw InputError("logits have an empty vocabulary axis");
+    if (view.vocab > std::numeric_limits<int32_t>::max())  // the row pass keeps int32 indices
+        throw InputError("logits have a vocabulary of " + std::to_string(view.vocab) + " ids; at most 2^31 - 1");
     if (view.dtype == DType::F32)
         score_rows_typed<float>(view, count, cfg_scale, rules, rng, step, positions, out, threads);
     else

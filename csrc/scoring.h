@@ -23,6 +23,7 @@ struct TokenRules {
     std::vector<int64_t> unranked;  // LLaDA confidence_eos_eot_inf: out of the confidence softmax; token -> confidence 0
 };
 
+// Checks every parameter first (check_params: ConfigError), so both the decoder and score() are covered.
 TokenRules token_rules(const DecodeParams& p);
 
 struct RowScore {

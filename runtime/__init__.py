@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version as _dist_version
 
 from ._lazy import lazy_getattr
 from .config import GenerationConfig, ModelFacts
-from .errors import ConfigError, DeviceError, ModelFormatError, UnmaskError
+from .errors import ConfigError, DeviceError, InputError, ModelFormatError, StateError, UnmaskError
 
 try:
     __version__ = _dist_version("unmask")
@@ -39,6 +39,8 @@ __all__ = [
     "ConfigError",
     "ModelFormatError",
     "DeviceError",
+    "InputError",
+    "StateError",
     "__version__",
     *_LAZY,
 ]

@@ -1,8 +1,9 @@
 """Type stub of unmask._core, the C++ decoding core (csrc/bindings.cpp).
 
 Private: use unmask.decode / unmask.decoding.make_decoder, which build DecodeParams from a
-GenerationConfig. Errors: ConfigError / ModelFormatError (unmask.errors) for bad settings,
-ValueError for bad input arrays, RuntimeError for calls out of order.
+GenerationConfig. Errors (unmask.errors): ConfigError / ModelFormatError for bad settings,
+InputError (a ValueError) for bad input arrays, StateError (a RuntimeError) for calls out of
+order or from a second thread while advance() runs: a Decoder serves one call at a time.
 """
 
 from typing import ClassVar
@@ -11,6 +12,11 @@ import numpy as np
 import numpy.typing as npt
 
 ABI_VERSION: int
+MAX_LENGTH: int  # largest gen_length and steps the core accepts
+MIN_TEMPERATURE: float  # smallest positive temperature (below it 1/T overflows float32)
+
+def max_threads() -> int:
+    """Largest thread count the core accepts: max(256, this machine's hardware threads)."""
 
 class _Enum:
     """What every pybind11 enum below offers (a typing aid: no such base class exists at runtime)."""

@@ -14,7 +14,14 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from . import _core
 from .errors import ConfigError
+
+# What the C++ core can represent and bounds (csrc/params.h): validate() refuses the same.
+MAX_LENGTH = _core.MAX_LENGTH  # gen_length, steps, block_length
+MIN_TEMPERATURE = _core.MIN_TEMPERATURE  # a positive temperature below it overflows 1/T in float32
+INT64_MAX = 2**63 - 1  # token ids, top_k
+UINT64_MAX = 2**64 - 1  # seed
 
 # Algorithms and the schedule family each belongs to.
 BLOCK_ALGORITHMS = ("low_confidence", "random")  # LLaDA block schedule
@@ -138,13 +145,14 @@ class GenerationConfig:
         """Raise ConfigError on any invalid or contradictory setting; return self.
 
         With `facts`, also the settings this model's token ids cannot honour. This is the one
-        user-facing check; the C++ core only asserts what it was given.
+        user-facing check; the C++ core checks the same again at its boundary, so whatever
+        passes here builds a decoder.
         """
-        _check_int("gen_length", self.gen_length, minimum=1)
+        _check_int("gen_length", self.gen_length, minimum=1, maximum=MAX_LENGTH)
         if self.steps is not None:
-            _check_int("steps", self.steps, minimum=1)
+            _check_int("steps", self.steps, minimum=1, maximum=MAX_LENGTH)
         if self.block_length is not None:
-            _check_int("block_length", self.block_length, minimum=1)
+            _check_int("block_length", self.block_length, minimum=1, maximum=MAX_LENGTH)
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(
                 f"unknown algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}"
@@ -175,19 +183,20 @@ class GenerationConfig:
                 f"threshold/factor need a probability-like confidence; algorithm {self.algorithm!r} has none "
                 f"(use one of {', '.join(_PARALLEL_ALGORITHMS)})"
             )
-        if _num("temperature", self.temperature) < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        temperature = _num("temperature", self.temperature)
+        if temperature != 0 and not temperature >= MIN_TEMPERATURE:
+            raise ConfigError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {self.temperature}")
         if self.top_p is not None and not (0.0 < _num("top_p", self.top_p) <= 1.0):
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k is not None:
-            _check_int("top_k", self.top_k, minimum=1)
+            _check_int("top_k", self.top_k, minimum=1, maximum=INT64_MAX)
         if _num("alg_temp", self.alg_temp) < 0:
             raise ConfigError(f"alg_temp must be >= 0, got {self.alg_temp}")
         if not (0.0 < _num("eps", self.eps) < 1.0):
             raise ConfigError(f"eps must be in (0, 1), got {self.eps}")
         if _num("cfg_scale", self.cfg_scale) < 0:
             raise ConfigError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
-        _check_int("seed", self.seed, minimum=0)
+        _check_int("seed", self.seed, minimum=0, maximum=UINT64_MAX)
         if self.cache is not None and self.cache not in CACHE_MODES:
             raise ConfigError(f"unknown cache mode {self.cache!r}; choose one of {', '.join(CACHE_MODES)}")
         for name in ("logits_eos_inf", "confidence_eos_eot_inf", "early_stop"):
@@ -260,12 +269,12 @@ class ModelFacts:
     block_size: int | None = None  # block-causal attention over blocks of this many positions (SDAR)
 
     def __post_init__(self) -> None:
-        _check_int("mask_id", self.mask_id, minimum=0)
+        _check_int("mask_id", self.mask_id, minimum=0, maximum=INT64_MAX)
         if self.block_size is not None:
-            _check_int("block_size", self.block_size, minimum=1)
+            _check_int("block_size", self.block_size, minimum=1, maximum=MAX_LENGTH)
         for name in ("eos_id", "eot_id"):
             if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), minimum=0)
+                _check_int(name, getattr(self, name), minimum=0, maximum=INT64_MAX)
         if not isinstance(self.shift_logits, bool):
             raise ConfigError(f"shift_logits must be True or False, got {self.shift_logits!r}")
 
@@ -284,25 +293,40 @@ class ModelFacts:
 
 
 def check_threads(threads: Any) -> int | None:
-    """The one rule for a thread count, at every entry (load, decode, device selection, CLI)."""
+    """The one rule for a thread count, at every entry (load, decode, device selection, CLI).
+
+    At most max(256, hardware threads): more only costs (20000 threads never finished starting).
+    """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive integer (or None for the device profile's), got {threads!r}")
+    if threads is not None and threads > _core.max_threads():
+        raise ConfigError(f"threads must be at most {_core.max_threads()} (256, or this machine's hardware threads "
+                          f"if more), got {threads}")
     return threads
 
 
 def _num(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    """A finite float: no setting has a meaning for NaN or infinity (the core refuses both)."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the float range
+            number = math.inf
+        if math.isfinite(number):
+            return number
+    raise ConfigError(f"{name} must be a finite number, got {value!r}")
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
+def _check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
 
 
 def _a_divisor(n: int, near: int) -> int:
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return min(divisors, key=lambda d: abs(d - near))
+    """The divisor of n nearest to `near` (divisors come in pairs d, n // d: O(sqrt n))."""
+    divisors = {d for small in range(1, math.isqrt(n) + 1) if n % small == 0 for d in (small, n // small)}
+    return min(sorted(divisors), key=lambda d: abs(d - near))

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _core
 from .config import GenerationConfig, ModelFacts, check_threads
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 
 _ALGORITHMS = {
     "low_confidence": _core.Algorithm.LOW_CONFIDENCE,
@@ -80,8 +80,8 @@ class DecodeResult:
 def to_params(config: GenerationConfig, facts: ModelFacts, *, threads: int | None = None) -> "_core.DecodeParams":
     """A checked GenerationConfig + ModelFacts -> the C++ params struct (a field-by-field copy).
 
-    Checking is the caller's (`config.validate(facts)`, `check_threads`): the C++ core only
-    asserts what it gets. An unresolved cache (None: no package says reuse is possible) runs
+    Checking is the caller's (`config.validate(facts)`, `check_threads`); the C++ core checks
+    the same again at its boundary. An unresolved cache (None: no package says reuse is possible) runs
     without reuse.
     """
     p = _core.DecodeParams()
@@ -145,11 +145,11 @@ def _check_logits(logits: Any, batch: int, length: int) -> np.ndarray:
         try:
             logits = np.asarray(logits)
         except Exception as exc:  # an object numpy cannot read
-            raise ValueError(f"forward returned {type(logits).__name__}, expected an array {expected}") from exc
+            raise InputError(f"forward returned {type(logits).__name__}, expected an array {expected}") from exc
     if logits.ndim != 3 or logits.shape[0] != batch or logits.shape[1] != length or logits.shape[2] < 1:
-        raise ValueError(f"forward returned logits of shape {tuple(logits.shape)}, expected {expected}")
+        raise InputError(f"forward returned logits of shape {tuple(logits.shape)}, expected {expected}")
     if logits.dtype not in (np.float32, np.float16):
-        raise ValueError(f"forward returned logits of dtype {logits.dtype} and shape {tuple(logits.shape)}, "
+        raise InputError(f"forward returned logits of dtype {logits.dtype} and shape {tuple(logits.shape)}, "
                          f"expected {expected}")
     return np.ascontiguousarray(logits)
 

@@ -19,3 +19,12 @@ class ModelFormatError(UnmaskError):
 
 class DeviceError(UnmaskError):
     """The requested device or execution provider cannot be used here."""
+
+
+class InputError(UnmaskError, ValueError):
+    """Data handed to the decoding loop is malformed: prompt ids, a template, or a forward's logits
+    (wrong shape or dtype, NaN or +inf where a token could be picked)."""
+
+
+class StateError(UnmaskError, RuntimeError):
+    """A Decoder used out of order, or from two threads at once (a decoder runs one call at a time)."""
