@@ -41,8 +41,12 @@ void check_sizes(const DecodeParams& p) {
 
 void check_sampling(const DecodeParams& p) {
     require(!(p.threshold && p.factor), "set only one of threshold and factor");
-    require(!p.threshold || (*p.threshold > 0 && *p.threshold <= 1),
-            "threshold must be in (0, 1], got " + str(p.threshold.value_or(0)));
+    if (p.algorithm == Algorithm::EntropyBounded)  // its threshold is an entropy budget in nats
+        require(!p.threshold || (*p.threshold > 0 && std::isfinite(*p.threshold)),
+                "entropy_bounded's threshold must be a finite number > 0, got " + str(p.threshold.value_or(0)));
+    else
+        require(!p.threshold || (*p.threshold > 0 && *p.threshold <= 1),
+                "threshold must be in (0, 1], got " + str(p.threshold.value_or(0)));
     require(!p.factor || (*p.factor > 0 && std::isfinite(*p.factor)),
             "factor must be a finite number > 0, got " + str(p.factor.value_or(0)));
     require(p.temperature == 0 || (p.temperature >= kMinTemperature && std::isfinite(p.temperature)),

@@ -223,7 +223,7 @@ class GenerationConfig:
         if self.algorithm == "low_confidence_dynamic" and not (0.0 < _num("threshold", self.threshold) <= 1.0):
             raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.algorithm == "entropy_bounded" and not (_num("threshold", self.threshold) > 0.0):
-            raise ConfigError(f"threshold (entropy_bounded's entropy budget, in nats) must be > 0, "
+            raise ConfigError(f"threshold (entropy_bounded's entropy budget, in nats) must be a finite number > 0, "
                               f"got {self.threshold}")
         if self.algorithm not in SDAR_THRESHOLDS:
             raise ConfigError(f"threshold does not apply to algorithm {self.algorithm!r} "

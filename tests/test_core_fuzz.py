@@ -89,6 +89,15 @@ def config_fields(draw):
             {k: v for k, v in facts.items() if k not in drop})
 
 
+def canvas_end(prompt_length: int, cfg: GenerationConfig) -> int:
+    """Where the canvas ends: after gen_length, or for SDAR where the block holding that position ends."""
+    end = prompt_length + cfg.gen_length
+    if cfg.uses_sdar_schedule:
+        block = cfg.resolved_block_length
+        end = -(-end // block) * block
+    return end
+
+
 class TestConfigFuzz:
     @settings(FUZZ, max_examples=400)
     @given(case=config_fields())
@@ -110,7 +119,7 @@ class TestConfigFuzz:
             return
         prompt = np.array([0 if facts.mask_id != 0 else 1], np.int64)
         decoder = make_decoder(cfg, facts, prompt)  # no exception of any type
-        assert decoder.length == 1 + cfg.gen_length and not decoder.done
+        assert decoder.length == canvas_end(1, cfg) and not decoder.done
 
 
 V = 24
@@ -186,6 +195,6 @@ class TestDecodeFuzz:
         except UnmaskError:
             return
         generated = result.generated
-        assert generated.shape == (cfg.gen_length,)
+        assert generated.shape == (canvas_end(3, cfg) - 3,)
         assert ((generated >= 0) & (generated < V) & (generated != facts.mask_id)).all(), generated
         np.testing.assert_array_equal(result.ids[:3], prompt)

@@ -267,7 +267,8 @@ class TestErrors:
         (dict(factor=1.0), "factor does not apply"),
         (dict(algorithm="sequential", threshold=0.5), "threshold does not apply"),
         (dict(threshold=1.5), "threshold must be in (0, 1]"),
-        (dict(algorithm="entropy_bounded", threshold=-1.0), "must be > 0"),
+        (dict(algorithm="entropy_bounded", threshold=-1.0), "must be a finite number > 0"),
+        (dict(algorithm="entropy_bounded", threshold=float("inf")), "must be a finite number"),
     ])
     def test_one_line_errors(self, settings, message):
         base = dict(gen_length=16, algorithm="low_confidence_dynamic")
