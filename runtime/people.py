@@ -130,7 +130,7 @@ def _clock(rng: random.Random) -> tuple[str, str]:
 
 
 def _items(rng: random.Random, novel: bool) -> tuple[list[str], bool]:
-    numeric = rng.random() < 0.55
+    numeric = not novel and rng.random() < 0.55  # a novel-values list is made of words: numbers are not values
     n = rng.randint(3, 6)
     if numeric:
         return [str(x) for x in rng.sample(range(100), n)], True
@@ -238,7 +238,7 @@ def extract(rng: random.Random, heldout: bool = False, novel: bool = False) -> t
     name, city, day = value(rng, "name", novel), value(rng, "city", novel), rng.choice(tasks.WEEKDAYS)
     order, price = rng.randint(1000, 9999), rng.randint(5, 500)
     context = _pick(rng, "context", heldout).text.format(name=name, city=city, day=day, order=order, price=price)
-    field = rng.choice(("name", "city", "day", "order", "price"))
+    field = rng.choice(("name", "city") if novel else ("name", "city", "day", "order", "price"))  # novel: copy one
     question = _dress(_pick(rng, f"ask_{field}", heldout), rng, heldout)
     answer = {"name": name, "city": city, "day": day, "order": str(order), "price": str(price)}[field]
     layout = rng.choice(("Context: {c}\nQuestion: {q}", "{c}\n{q}", "{c} {q}", "{c}\n\n{q}"))

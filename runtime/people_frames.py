@@ -26,7 +26,7 @@ HELDOUT_OPENERS = {"do": ("i need you to ", "kindly ", "go ahead and "), "ask": 
 
 _SORT = ("Sort these: {items}", "Sort {items}", "Put these in order: {items}", "Order these: {items}",
          "Can you sort {items}", "sort this list: {items}", "Sort the following: {items}")
-_SORT_HELD = ("Arrange the items {items} in sequence", "Line up {items} in order")
+_SORT_HELD = ("Arrange the items {items} in sequence", "Line up these: {items}")
 _ARITH_HELD = ("Work out {expr}", "What does {expr} come to?", "Figure out {expr} for me")
 
 FRAMES: dict[str, tuple[Frame, ...]] = {
@@ -90,7 +90,7 @@ FRAMES: dict[str, tuple[Frame, ...]] = {
         "Convert {v} {src} to {dst}.", "How many {dst} is {v} {src}?", "{v} {src} in {dst}?", "{v} {src} to {dst}",
         "How many {dst} in {v} {src}?", "What is {v} {src} in {dst}?", "{v}{src} to {dst}", "Convert {v}{src} into {dst}",
         "{v} {src} = ? {dst}"), (
-        "Express {v} {src} in {dst}.", "How many {dst} make up {v} {src}?", "Rewrite {v} {src} as {dst}.")),
+        "Express {v} {src} in {dst}.", "What number of {dst} make up {v} {src}?", "Rewrite {v} {src} as {dst}.")),
     "context": _frames("do", (
         "{name} ordered item {order} for {price} dollars. It ships to {city} on {day}.",
         "Order {order} from {name} costs {price} dollars and arrives in {city} on {day}.",
