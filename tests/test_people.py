@@ -169,3 +169,38 @@ class TestAnswers:
         with_history = [ex for ex in training if ex.history]
         assert 0.25 < len(with_history) / len(training) < 0.45
         assert {len(ex.history) for ex in with_history} == {1, 2, 3}
+
+
+class TestEmptyTurn:
+    """An empty or whitespace-only turn is refused and leaves the conversation as it was."""
+
+    @pytest.fixture(scope="class")
+    def model(self):
+        import unmask
+        try:
+            return unmask.load(threads=1)
+        except unmask.UnmaskError as exc:
+            pytest.skip(f"no embedded model: {exc}")
+
+    @pytest.mark.parametrize("text", ["", "   ", "\t\n", "\u3000"])
+    def test_chat_session_refuses_and_keeps_the_history(self, model, text):
+        import unmask
+        session = model.chat()
+        first = session.send("What is 2 + 3?")
+        before = [dict(m) for m in session.history]
+        for call in (session.send, session.stream, session.messages):
+            with pytest.raises(unmask.ConfigError, match="empty"):
+                call(text)
+        assert session.history == before and len(before) == 2 and before[1]["content"] == first.text
+
+    def test_chat_repl_skips_blank_lines_without_a_turn(self, model, tmp_path):
+        from click.testing import CliRunner
+        from unmask.cli import cli
+        save = tmp_path / "conv.json"
+        lines = ["What is 2 + 3?", "   ", "\t", "", f"/save {save}"]
+        result = CliRunner().invoke(cli, ["chat", "--no-stream", "--threads", "1"], input="\n".join(lines) + "\n")
+        assert result.exit_code == 0, result.output
+        messages = json.loads(save.read_text())["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert messages[0]["content"] == "What is 2 + 3?"
+        assert "error" not in result.output
