@@ -49,6 +49,19 @@ def package_without_tasks(tmp_path):
     return folder
 
 
+def spy_on(model, monkeypatch) -> list:
+    """The messages of every model.generate call from now on, in order (the calls still run)."""
+    seen = []
+    real = model.generate
+
+    def spy(prompt=None, *, messages=None, **kwargs):
+        seen.append(messages)
+        return real(prompt, messages=messages, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spy)
+    return seen
+
+
 def invoke(*args):
     return CliRunner().invoke(cli, ["eval", *args], catch_exceptions=True)
 
@@ -126,14 +139,7 @@ class TestEvaluate:
             assert 1 <= a.nfe <= tasks.GEN_LENGTH
 
     def test_follow_up_asks_after_earlier_answered_turns(self, embedded, monkeypatch):
-        seen = []
-        real = embedded.generate
-
-        def spy(prompt=None, *, messages=None, **kwargs):
-            seen.append(messages)
-            return real(prompt, messages=messages, **kwargs)
-
-        monkeypatch.setattr(embedded, "generate", spy)
+        seen = spy_on(embedded, monkeypatch)
         report = evaluate(embedded, families=["units"], limit=3, follow_up=2, cache="dual", threshold=0.9)
         assert report.overall.examples == 3 and len(seen) == 3
         heldout = {ex.prompt: ex.answer for ex in tasks.make_examples("heldout", 3, seed=1)}
@@ -145,15 +151,9 @@ class TestEvaluate:
         assert seen[0][0] != seen[1][0]  # each question gets its own history
 
     def test_loose_asks_the_questions_as_typed_in_a_chat(self, embedded, monkeypatch):
-        seen = []
-        real = embedded.generate
-
-        def spy(prompt=None, *, messages=None, **kwargs):
-            seen.append(messages[-1]["content"])
-            return real(prompt, messages=messages, **kwargs)
-
-        monkeypatch.setattr(embedded, "generate", spy)
+        asked = spy_on(embedded, monkeypatch)
         report = evaluate(embedded, families=["units", "tool_call"], limit=4, loose=True, cache="dual", threshold=0.9)
+        seen = [messages[-1]["content"] for messages in asked]
         canonical = tasks.make_examples("heldout", 4, families=["units", "tool_call"])
         assert seen == [tasks.loosen(ex.prompt) for ex in canonical] == [a.prompt for a in report.answers]
         assert all(q != ex.prompt and not q.endswith((".", "?")) and not q[0].isupper()
@@ -172,14 +172,7 @@ class TestEvaluate:
 
     @pytest.mark.parametrize("heldout", ["phrasing", "values", "ood"])
     def test_each_people_set_asks_its_own_questions(self, embedded, monkeypatch, heldout):
-        seen = []
-        real = embedded.generate
-
-        def spy(prompt=None, *, messages=None, **kwargs):
-            seen.append(messages)
-            return real(prompt, messages=messages, **kwargs)
-
-        monkeypatch.setattr(embedded, "generate", spy)
+        seen = spy_on(embedded, monkeypatch)
         report = evaluate(embedded, limit=6, heldout=heldout, cache="dual", threshold=0.9)
         expected = people.make_set(heldout, 6)
         assert [m[-1]["content"] for m in seen] == [ex.prompt for ex in expected] == [a.prompt for a in report.answers]
@@ -189,14 +182,7 @@ class TestEvaluate:
         assert report.heldout == heldout and report.to_dict()["set"] == heldout and report.alone is None
 
     def test_followup_set_is_also_scored_alone(self, embedded, monkeypatch):
-        seen = []
-        real = embedded.generate
-
-        def spy(prompt=None, *, messages=None, **kwargs):
-            seen.append(messages)
-            return real(prompt, messages=messages, **kwargs)
-
-        monkeypatch.setattr(embedded, "generate", spy)
+        seen = spy_on(embedded, monkeypatch)
         report = evaluate(embedded, families=["units", "list"], limit=4, heldout="followup", cache="dual",
                           threshold=0.9)
         expected = people.make_set("followup", 4, ["units", "list"])
