@@ -16,6 +16,11 @@ and tokens per second.
     report = evaluate(None, limit=50, threshold=0.9)     # the embedded model
     report.overall.accuracy, report.family("tool_call").tokens_per_forward
 
+`heldout` picks the held-out set (unmask.people): "split" (the tasks' held-out split, the
+default), "phrasing" (frames never trained on), "values" (slot values never trained on),
+"followup" (split questions after 1-3 earlier turns, also scored alone: `report.alone`) or
+"ood" (out-of-domain prompts; the answer is people.REFUSAL).
+
 Settings: the package's generation defaults, then gen_length from tasks.json in one
 block (how the tasks were trained), then the caller's config / overrides.
 """
@@ -28,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import tasks
+from . import people, tasks
 from .config import GenerationConfig
 from .errors import ConfigError, ModelFormatError
 from .manifest import read_json_object
@@ -37,6 +42,7 @@ from .stats import TokenRates
 TASKS_FILE = "tasks.json"
 GENERATOR = "unmask.tasks"  # the only task generator this version knows
 DEFAULT_LIMIT = 100  # held-out examples per run, balanced over the families
+HELDOUT_SETS = ("split", *people.SETS)
 
 
 # ---------------------------------------------------------------------- what a package can be evaluated on
@@ -76,10 +82,10 @@ def read_task_spec(package_dir: str | os.PathLike) -> TaskSpec:
         raise ModelFormatError(f"{path}: generator {generator!r} is unknown; this unmask evaluates {GENERATOR!r}")
     families = raw.get("families")
     if not isinstance(families, list) or not families or not all(isinstance(f, str) for f in families):
-        raise ModelFormatError(f"{path}: 'families' must be a non-empty list of names from {', '.join(tasks.FAMILIES)}")
-    unknown = [f for f in families if f not in tasks.FAMILIES]
+        raise ModelFormatError(f"{path}: 'families' must be a non-empty list of names from {', '.join(people.FAMILIES)}")
+    unknown = [f for f in families if f not in people.FAMILIES]
     if unknown:
-        raise ModelFormatError(f"{path}: unknown families {unknown}; {GENERATOR} has {', '.join(tasks.FAMILIES)}")
+        raise ModelFormatError(f"{path}: unknown families {unknown}; {GENERATOR} has {', '.join(people.FAMILIES)}")
     gen_length = raw.get("gen_length")
     if isinstance(gen_length, bool) or not isinstance(gen_length, int) or gen_length < 1:
         raise ModelFormatError(f"{path}: 'gen_length' must be a positive integer, got {gen_length!r}")
@@ -154,6 +160,8 @@ class EvalReport:
     overall: Score
     answers: list[Answer]
     loose: bool = False  # questions typed loosely (tasks.loosen)
+    heldout: str = "split"  # the held-out set (HELDOUT_SETS)
+    alone: list[Score] | None = None  # "followup": the same questions without their earlier turns, then overall
 
     def family(self, name: str) -> Score:
         for score in self.families:
@@ -167,11 +175,14 @@ class EvalReport:
             "package": self.package,
             "precision": self.precision,
             "split": "heldout",
+            "set": self.heldout,
             "loose": self.loose,
             "config": self.config.to_dict(),
             "families": {s.name: s.to_dict() for s in self.families},
             "overall": self.overall.to_dict(),
         }
+        if self.alone is not None:
+            out["alone"] = {s.name: s.to_dict() for s in self.alone}
         if answers:
             out["answers"] = [asdict(a) for a in self.answers]
         return out
@@ -193,26 +204,22 @@ def task_defaults(spec: TaskSpec) -> dict[str, Any]:
 
 def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = DEFAULT_LIMIT,
              config: GenerationConfig | None = None, device: str = "auto", threads: int | None = None,
-             on_answer=None, follow_up: int = 0, loose: bool = False, **overrides: Any) -> EvalReport:
-    """Exact match of `model` on `limit` held-out examples of its task families.
+             on_answer=None, follow_up: int = 0, loose: bool = False, heldout: str = "split",
+             **overrides: Any) -> EvalReport:
+    """Exact match of `model` on `limit` examples of held-out set `heldout` (HELDOUT_SETS).
 
     `model`: a loaded unmask.Model, a package folder, or None for the embedded model.
-    `families`: a subset of those the package declares (default: all). Settings: see the
-    module doc; `config` is taken as complete, overrides are GenerationConfig fields.
+    `families`: a subset of those the package declares (default: all the set has). Settings: see
+    the module doc; `config` is taken as complete, overrides are GenerationConfig fields.
     `on_answer(answer, index, count)` is called after every example (progress display).
     `follow_up`: earlier turns before each question (the next held-out examples of the run,
     any family, with their correct answers as the assistant's replies); 0 = single turn.
     `loose`: ask each question as people type in a chat (tasks.loosen: no final mark, lowercase
     start); the expected answers are the same.
     Raises ModelFormatError when the package has no tasks.json, ConfigError on unknown
-    families, a bad limit or bad settings.
+    families, a bad limit, set or settings.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigError(f"limit must be a positive integer, got {limit!r}")
-    if isinstance(follow_up, bool) or not isinstance(follow_up, int) or not 0 <= follow_up <= 8:
-        raise ConfigError(f"follow_up is the number of earlier chat turns, 0 to 8; got {follow_up!r}")
-    if not isinstance(loose, bool):
-        raise ConfigError(f"loose is True or False, got {loose!r}")
+    _check_arguments(limit, follow_up, loose, heldout)
     if model is None or isinstance(model, (str, os.PathLike)):
         from .model import load
 
@@ -220,42 +227,94 @@ def evaluate(model=None, *, families: Iterable[str] | None = None, limit: int = 
             read_task_spec(model)  # fail before building a session
         model = load(model, device=device, threads=threads)
     spec = read_task_spec(model.package.folder)
-    chosen = choose_families(spec, families)
+    chosen = set_families(spec, heldout, families)
     cfg = (model.resolve_config(config, **overrides) if config is not None
            else model.resolve_config(**{**task_defaults(spec), **overrides}))
-    try:
-        examples = tasks.make_examples("heldout", limit, families=chosen)
-    except ValueError as exc:  # more than the held-out split holds (unit conversions run out first)
-        raise ConfigError(f"limit {limit} asks for more held-out examples than the split has ({exc}); "
-                          f"use a smaller limit or other families") from None
+    examples = heldout_examples(heldout, limit, chosen)
     earlier = tasks.make_examples("heldout", max(limit, follow_up + 1), seed=1) if follow_up else []
     answers = []
     for index, example in enumerate(examples):
-        turns = [earlier[(index + k) % len(earlier)] for k in range(follow_up)]
-        messages = [{"role": role, "content": text} for ex in turns
-                    for role, text in (("user", ex.prompt), ("assistant", ex.answer))]
-        question = tasks.loosen(example.prompt) if loose else example.prompt
-        result = model.generate(messages=messages + [{"role": "user", "content": question}], config=cfg)
-        stats = result.stats
-        answer = Answer(example.family, question, example.answer, result.text,
-                        tasks.exact_match(result.text, example.answer), stats.nfe, stats.tokens, stats.total_seconds)
-        answers.append(answer)
+        turns = [(ex.prompt, ex.answer) for ex in (earlier[(index + k) % len(earlier)] for k in range(follow_up))]
+        answers.append(_ask(model, cfg, example, turns + list(example.history), loose))
         if on_answer is not None:
-            on_answer(answer, index, len(examples))
+            on_answer(answers[-1], index, len(examples))
+    alone = None
+    if heldout == "followup":  # the comparison the follow-ups are judged against
+        asked = [_ask(model, cfg, example, [], loose) for example in examples]
+        alone = [*(total(f, [a for a in asked if a.family == f]) for f in chosen), total("overall", asked)]
     scores = [total(f, [a for a in answers if a.family == f]) for f in chosen]
     return EvalReport(str(model.package.folder), model.manifest.precision, cfg, scores, total("overall", answers),
-                      answers, loose)
+                      answers, loose, heldout, alone)
+
+
+def _check_arguments(limit, follow_up, loose, heldout) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"limit must be a positive integer, got {limit!r}")
+    if isinstance(follow_up, bool) or not isinstance(follow_up, int) or not 0 <= follow_up <= 8:
+        raise ConfigError(f"follow_up is the number of earlier chat turns, 0 to 8; got {follow_up!r}")
+    if not isinstance(loose, bool):
+        raise ConfigError(f"loose is True or False, got {loose!r}")
+    if heldout not in HELDOUT_SETS:
+        raise ConfigError(f"unknown held-out set {heldout!r}; choose one of {', '.join(HELDOUT_SETS)}")
+    if heldout == "followup" and follow_up:
+        raise ConfigError("the followup set brings its own earlier turns (1 to 3); leave follow_up at 0 with it")
+
+
+def _ask(model, cfg: GenerationConfig, example: tasks.Example, turns: list[tuple[str, str]], loose: bool) -> Answer:
+    messages = [{"role": role, "content": text} for user, reply in turns
+                for role, text in (("user", user), ("assistant", reply))]
+    question = tasks.loosen(example.prompt) if loose else example.prompt
+    result = model.generate(messages=messages + [{"role": "user", "content": question}], config=cfg)
+    stats = result.stats
+    return Answer(example.family, question, example.answer, result.text,
+                  tasks.exact_match(result.text, example.answer), stats.nfe, stats.tokens, stats.total_seconds)
+
+
+def set_families(spec: TaskSpec, heldout: str, requested: Iterable[str] | None) -> tuple[str, ...]:
+    """The families of held-out set `heldout` to evaluate: those the package declares that the set
+    has (or the requested ones, checked). The ood set is asked of every package: refusing what it
+    cannot do is what it is measured on, trained for it or not."""
+    if heldout == "ood":
+        requested = tuple(requested or ("ood",))
+        if tuple(dict.fromkeys(requested)) != ("ood",):
+            raise ConfigError(f"the ood set has only ood questions; drop --family {', '.join(requested)}")
+        return ("ood",)
+    has = tasks.FAMILIES if heldout == "split" else people.SET_FAMILIES[heldout]
+    if not requested:
+        chosen = tuple(f for f in spec.families if f in has)
+        if not chosen:
+            raise ConfigError(f"the {heldout} set has {', '.join(has)} questions; this package declares none of them")
+        return chosen
+    chosen = choose_families(spec, requested)
+    outside = [f for f in chosen if f not in has]
+    if outside:
+        raise ConfigError(f"the {heldout} set has no {', '.join(outside)} questions; it has {', '.join(has)}")
+    return chosen
+
+
+def heldout_examples(heldout: str, limit: int, families: Sequence[str]) -> list[tasks.Example]:
+    try:
+        if heldout == "split":
+            return tasks.make_examples("heldout", limit, families=families)
+        return people.make_set(heldout, limit, families)
+    except ValueError as exc:  # more than the held-out split holds (unit conversions run out first)
+        raise ConfigError(f"limit {limit} asks for more held-out examples than the {heldout} set has ({exc}); "
+                          f"use a smaller limit or other families") from None
 
 
 def format_table(report: EvalReport) -> str:
     """Per-family rows and the overall row, aligned for a terminal."""
     header = f"{'family':<12} {'n':>4} {'accuracy':>9} {'tok/fwd':>8} {'tok/s':>8}"
     rows = [header, "-" * len(header)]
-    for score in [*report.families, report.overall]:
-        rows.append(f"{score.name:<12} {score.examples:>4} {score.accuracy:>8.1%} "
-                    f"{score.tokens_per_forward:>8.2f} {score.tokens_per_second:>8.1f}")
+    groups = [("", [*report.families, report.overall])]
+    if report.alone is not None:
+        groups.append(("the same questions asked alone:", report.alone))
+    for title, scores in groups:
+        rows += [title] if title else []
+        rows += [f"{score.name:<12} {score.examples:>4} {score.accuracy:>8.1%} "
+                 f"{score.tokens_per_forward:>8.2f} {score.tokens_per_second:>8.1f}" for score in scores]
     return "\n".join(rows)
 
 
-__all__ = ["TASKS_FILE", "GENERATOR", "DEFAULT_LIMIT", "TaskSpec", "read_task_spec", "write_task_spec",
-           "choose_families", "Score", "Answer", "EvalReport", "evaluate", "task_defaults", "format_table"]
+__all__ = ["TASKS_FILE", "GENERATOR", "DEFAULT_LIMIT", "HELDOUT_SETS", "set_families", "heldout_examples", "TaskSpec",
+           "read_task_spec", "write_task_spec", "choose_families", "Score", "Answer", "EvalReport", "evaluate", "task_defaults", "format_table"]

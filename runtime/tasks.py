@@ -46,6 +46,7 @@ class Example:
     family: str
     prompt: str  # the user's message
     answer: str  # the one exact answer
+    history: tuple[tuple[str, str], ...] = ()  # earlier (user, assistant) turns the prompt follows
 
 
 def chat_prompt(user_text: str, history: Sequence[tuple[str, str]] = ()) -> str:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import unmask
-from unmask import tasks
+from unmask import people, tasks
 from unmask.cli import cli
 from unmask.evaluate import TASKS_FILE, EvalReport, TaskSpec, evaluate, read_task_spec, write_task_spec
 from unmask.model import DEFAULT_MODEL
@@ -47,6 +47,19 @@ def package_without_tasks(tmp_path):
     folder = tmp_path / "pkg"
     shutil.copytree(EMBEDDED, folder, ignore=shutil.ignore_patterns(TASKS_FILE))
     return folder
+
+
+def spy_on(model, monkeypatch) -> list:
+    """The messages of every model.generate call from now on, in order (the calls still run)."""
+    seen = []
+    real = model.generate
+
+    def spy(prompt=None, *, messages=None, **kwargs):
+        seen.append(messages)
+        return real(prompt, messages=messages, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spy)
+    return seen
 
 
 def invoke(*args):
@@ -126,14 +139,7 @@ class TestEvaluate:
             assert 1 <= a.nfe <= tasks.GEN_LENGTH
 
     def test_follow_up_asks_after_earlier_answered_turns(self, embedded, monkeypatch):
-        seen = []
-        real = embedded.generate
-
-        def spy(prompt=None, *, messages=None, **kwargs):
-            seen.append(messages)
-            return real(prompt, messages=messages, **kwargs)
-
-        monkeypatch.setattr(embedded, "generate", spy)
+        seen = spy_on(embedded, monkeypatch)
         report = evaluate(embedded, families=["units"], limit=3, follow_up=2, cache="dual", threshold=0.9)
         assert report.overall.examples == 3 and len(seen) == 3
         heldout = {ex.prompt: ex.answer for ex in tasks.make_examples("heldout", 3, seed=1)}
@@ -145,15 +151,9 @@ class TestEvaluate:
         assert seen[0][0] != seen[1][0]  # each question gets its own history
 
     def test_loose_asks_the_questions_as_typed_in_a_chat(self, embedded, monkeypatch):
-        seen = []
-        real = embedded.generate
-
-        def spy(prompt=None, *, messages=None, **kwargs):
-            seen.append(messages[-1]["content"])
-            return real(prompt, messages=messages, **kwargs)
-
-        monkeypatch.setattr(embedded, "generate", spy)
+        asked = spy_on(embedded, monkeypatch)
         report = evaluate(embedded, families=["units", "tool_call"], limit=4, loose=True, cache="dual", threshold=0.9)
+        seen = [messages[-1]["content"] for messages in asked]
         canonical = tasks.make_examples("heldout", 4, families=["units", "tool_call"])
         assert seen == [tasks.loosen(ex.prompt) for ex in canonical] == [a.prompt for a in report.answers]
         assert all(q != ex.prompt and not q.endswith((".", "?")) and not q[0].isupper()
@@ -169,6 +169,43 @@ class TestEvaluate:
     def test_bad_follow_up(self, embedded, follow_up):
         with pytest.raises(unmask.ConfigError, match="follow_up"):
             evaluate(embedded, limit=1, follow_up=follow_up)
+
+    @pytest.mark.parametrize("heldout", ["phrasing", "values", "ood"])
+    def test_each_people_set_asks_its_own_questions(self, embedded, monkeypatch, heldout):
+        seen = spy_on(embedded, monkeypatch)
+        report = evaluate(embedded, limit=6, heldout=heldout, cache="dual", threshold=0.9)
+        expected = people.make_set(heldout, 6)
+        assert [m[-1]["content"] for m in seen] == [ex.prompt for ex in expected] == [a.prompt for a in report.answers]
+        assert all(len(m) == 1 for m in seen)  # single turns
+        assert [a.answer for a in report.answers] == [ex.answer for ex in expected]
+        assert [s.name for s in report.families] == list(people.SET_FAMILIES[heldout])
+        assert report.heldout == heldout and report.to_dict()["set"] == heldout and report.alone is None
+
+    def test_followup_set_is_also_scored_alone(self, embedded, monkeypatch):
+        seen = spy_on(embedded, monkeypatch)
+        report = evaluate(embedded, families=["units", "list"], limit=4, heldout="followup", cache="dual",
+                          threshold=0.9)
+        expected = people.make_set("followup", 4, ["units", "list"])
+        with_turns, alone = seen[:4], seen[4:]
+        for messages, example in zip(with_turns, expected):
+            assert len(messages) == 2 * len(example.history) + 1 >= 3
+            assert [(q["content"], r["content"]) for q, r in zip(messages[0:-1:2], messages[1::2])] == \
+                list(example.history)
+        assert [m for m in alone] == [[{"role": "user", "content": ex.prompt}] for ex in expected]
+        assert [s.name for s in report.alone] == ["units", "list", "overall"]
+        assert report.alone[-1].examples == 4
+        assert report.to_dict()["alone"]["overall"]["examples"] == 4
+
+    @pytest.mark.parametrize("kwargs, message", [
+        (dict(heldout="nope"), "unknown held-out set"),
+        (dict(heldout="followup", follow_up=1), "brings its own earlier turns"),
+        (dict(heldout="values", families=["units"]), "values set has no units"),
+        (dict(heldout="ood", families=["units"]), "only ood questions"),
+        (dict(heldout="phrasing", families=["nope"]), "unknown task family"),
+    ])
+    def test_bad_set_arguments(self, embedded, kwargs, message):
+        with pytest.raises(unmask.ConfigError, match=message):
+            evaluate(embedded, limit=2, **kwargs)
 
     def test_baseline_commits_one_token_per_forward(self, embedded):
         report = evaluate(embedded, families=["arithmetic"], limit=2, cache="none")
@@ -186,8 +223,9 @@ class TestCli:
         assert accuracy_run["families"]["tool_call"]["correct"] >= FLOOR["tool_call"], accuracy_run["families"]
 
     def test_json_schema(self, accuracy_run):
-        assert set(accuracy_run) == {"package", "precision", "split", "loose", "config", "families", "overall"}
+        assert set(accuracy_run) == {"package", "precision", "split", "set", "loose", "config", "families", "overall"}
         assert accuracy_run["split"] == "heldout" and accuracy_run["precision"] == "int8"
+        assert accuracy_run["set"] == "split"
         assert accuracy_run["loose"] is False
         assert list(accuracy_run["families"]) == list(tasks.FAMILIES)
         for score in [*accuracy_run["families"].values(), accuracy_run["overall"]]:
@@ -222,6 +260,21 @@ class TestCli:
         assert document["loose"] is True
         assert document["answers"][0]["prompt"] == tasks.loosen(tasks.make_examples("heldout", 1, families=["units"])[0].prompt)
 
+    @needs_embedded
+    def test_set_flag(self):
+        result = invoke("--set", "followup", "--limit", "2", "--family", "units", "--threshold", "0.9")
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert "2 held-out examples of the followup set" in lines[0]
+        assert "the same questions asked alone:" in lines
+        result = invoke("--set", "ood", "--limit", "2", "--json", "--answers")
+        document = json.loads(result.output)
+        assert document["set"] == "ood" and list(document["families"]) == ["ood"]
+        assert [a["answer"] for a in document["answers"]] == [people.REFUSAL] * 2
+        result = invoke("--set", "everything")
+        assert result.exit_code != 0 and "everything" in result.output
+
+    @needs_embedded
     def test_answers_needs_json(self):
         result = invoke("--answers")
         assert result.exit_code == 2 and "--json" in result.output

@@ -18,6 +18,7 @@ from training.train import (
     diffusion_loss,
     generate_low_confidence,
     main,
+    resolve_data,
     resolve_precision,
     train,
 )
@@ -447,3 +448,51 @@ class TestTrainSmoke:
         assert not list(out.iterdir())
         train(TrainConfig(out=str(out), overwrite=True, **dict(TINY, max_steps=1)))
         assert (out / "model.safetensors").exists()
+
+
+class TestPeopleData:
+    def test_people_batches_draw_conversations_and_the_ood_family(self):
+        from unmask import people
+
+        corpus = [tasks.chat_prompt(ex.prompt, ex.history) + ex.answer + tasks.EOT
+                  for ex in itertools.islice(people.iter_train(0), 2000)]
+        tok = train_tokenizer(corpus, 600)
+        cfg = resolve_data(TrainConfig(out="unused", data="people", pack_width=0, length_buckets=1))
+        assert cfg.gen_length == people.GEN_LENGTH and "ood=" in cfg.family_weights
+        batcher = Batcher(tok, cfg)
+        examples = batcher.draw(400)
+        assert {ex.family for ex in examples} == set(people.FAMILIES) | {"arith_short", "sums"}
+        assert all(ex.answer == people.REFUSAL for ex in examples if ex.family == "ood")
+        followed = [ex for ex in examples if ex.history]
+        assert followed and all(tasks.split_of(ex.prompt) == "train" for ex in examples)
+        ids = batcher.prompt(followed[0])
+        assert tok.decode(ids, skip_special_tokens=False).count("<|start_header_id|>user") == len(followed[0].history) + 1
+        assert len(batcher.region(people.REFUSAL)) == people.GEN_LENGTH
+
+    def test_ood_weight_needs_people_data(self):
+        with pytest.raises(ValueError, match="bad family weight 'ood=1'"):
+            parse_family_weights("ood=1")
+        assert parse_family_weights("ood=1", "people") == {"ood": 1.0}
+        with pytest.raises(ValueError, match="unknown data"):
+            resolve_data(TrainConfig(out="unused", data="web"))
+
+    def test_few_people_steps_score_each_people_set(self, tmp_path):
+        from unmask import people
+
+        summary = train(TrainConfig(out=str(tmp_path / "people"), data="people", **dict(TINY, gen_length=48)))
+        assert summary["steps"] == 3 and summary["gen_length"] == people.GEN_LENGTH
+        assert set(summary["people_sets"]) == set(people.SETS)
+        assert set(summary["people_sets"]["ood"]) == {"ood", "overall"}
+        assert summary["train_config"]["data"] == "people"
+
+    def test_ship_default_declares_what_the_checkpoint_was_trained_on(self, tmp_path):
+        from unmask import people
+        from training.ship_default import trained_tasks
+
+        assert trained_tasks(tmp_path) == (tasks.FAMILIES, tasks.GEN_LENGTH)  # no summary: the tasks' defaults
+        summary = {"gen_length": 48, "train_config": {"data": "people"}}
+        (tmp_path / "training_summary.json").write_text(json.dumps(summary))
+        assert trained_tasks(tmp_path) == (people.FAMILIES, 48)
+        summary = {"gen_length": 32, "train_config": {"data": "tasks"}}
+        (tmp_path / "training_summary.json").write_text(json.dumps(summary))
+        assert trained_tasks(tmp_path) == (tasks.FAMILIES, 32)

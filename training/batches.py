@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import torch
 
-from unmask import tasks
+from unmask import people, tasks
 
 from .tokenizer import special_ids
 
@@ -98,15 +98,27 @@ def _training_only_stream(family: str, seed: int):
         yield TRAINING_ONLY[family](rng)
 
 
-def parse_family_weights(spec: str) -> dict[str, float]:
+def data_families(data: str) -> tuple[str, ...]:
+    """The task families of a --data source: "tasks" (unmask.tasks' templates) or "people"
+    (unmask.people: people's wordings, conversations and the out-of-domain family)."""
+    if data not in DATA:
+        raise ValueError(f"unknown data {data!r}; choose one of {', '.join(DATA)}")
+    return DATA[data]
+
+
+DATA = {"tasks": tasks.FAMILIES, "people": people.FAMILIES}
+
+
+def parse_family_weights(spec: str, data: str = "tasks") -> dict[str, float]:
     """"tool_call=1,arithmetic=3" -> {family: weight}; families left out are not drawn."""
+    families = (*data_families(data), *TRAINING_ONLY)
     weights: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         family, sep, value = item.partition("=")
         family = family.strip()
-        if (family not in tasks.FAMILIES and family not in TRAINING_ONLY) or not sep:
+        if family not in families or not sep:
             raise ValueError(f"bad family weight {item!r}: write FAMILY=WEIGHT with FAMILY one of "
-                             f"{', '.join((*tasks.FAMILIES, *TRAINING_ONLY))}")
+                             f"{', '.join(families)}")
         try:
             weights[family] = float(value)
         except ValueError:
@@ -116,6 +128,13 @@ def parse_family_weights(spec: str) -> dict[str, float]:
     if not any(weights.values()):
         raise ValueError(f"family weights {spec!r} draw nothing: give at least one family a weight > 0")
     return weights
+
+
+def data_stream(data: str, family: str, seed: int) -> Iterator[tasks.Example]:
+    """Training examples of one family from a --data source (train split / training side only)."""
+    if data == "people":
+        return people.iter_train(seed, [family])
+    return tasks.iter_examples("train", seed, [family])
 
 
 class Batch(NamedTuple):
@@ -161,11 +180,11 @@ class Batcher:
     def reweigh(self, spec: str) -> None:
         """Draw the families by the weights of `spec` from now on (a family drawn before goes on
         where its stream was; one new to this batcher starts its stream)."""
-        weights = {f: w for f, w in parse_family_weights(spec).items() if w > 0}
+        weights = {f: w for f, w in parse_family_weights(spec, self.cfg.data).items() if w > 0}
         for f in weights:
             if f not in self.streams:
                 self.streams[f] = (_training_only_stream(f, self.cfg.seed) if f in TRAINING_ONLY
-                                   else tasks.iter_examples("train", self.cfg.seed, [f]))
+                                   else data_stream(self.cfg.data, f, self.cfg.seed))
         self.families, self.weights = list(weights), list(weights.values())
 
     def encode(self, text: str) -> list[int]:
@@ -195,7 +214,7 @@ class Batcher:
 
     def prompts(self, examples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """ids, position_ids, attention_mask for chat prompts + gen_length masks (left padded)."""
-        rows = [self.encode(tasks.chat_prompt(ex.prompt)) for ex in examples]
+        rows = [self.encode(tasks.chat_prompt(ex.prompt, ex.history)) for ex in examples]
         return self._pad([r + [self.ids["mask"]] * self.cfg.gen_length for r in rows])
 
     def _pad(self, rows: list[list[int]]):
@@ -215,11 +234,11 @@ class Batcher:
     def prompt(self, example: tasks.Example) -> list[int]:
         """The chat prompt of a training example, typed loosely with probability loose_rate; with
         probability history_rate it follows 1-2 earlier (answered) turns, so the model learns to
-        answer the last question only."""
-        history, text = (), example.prompt
+        answer the last question only (an example that brings its own earlier turns keeps them)."""
+        history, text = example.history, example.prompt
         if self.cfg.loose_rate > 0 and self.rng.random() < self.cfg.loose_rate:
             text = tasks.loosen(text, self.rng)
-        if self.cfg.history_rate > 0 and self.rng.random() < self.cfg.history_rate:
+        if not history and self.cfg.history_rate > 0 and self.rng.random() < self.cfg.history_rate:
             history = tuple((ex.prompt, ex.answer) for ex in self.draw(self.rng.randint(1, 2)))
         text = tasks.chat_prompt(text, history)
         return self.encode(text) if not history else self.tok.encode(text, add_special_tokens=False).ids

@@ -14,12 +14,13 @@ into place, so an interrupted run leaves the previous model untouched.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
-from unmask import tasks
+from unmask import people, tasks
 from unmask.config import GenerationConfig
 from unmask.errors import ModelFormatError, UnmaskError
 from unmask.evaluate import TaskSpec, evaluate, write_task_spec
@@ -33,6 +34,18 @@ MIN_ACCURACY = 0.9  # what tests/test_eval.py asserts on the embedded model
 # What `unmask info` names as the origin of the embedded model (the checkpoint folder is scratch).
 SHIPPED_SOURCE = "unmask training/train.py"
 SOURCE_DEFAULT = Path("runtime", "models", "default")  # relative to the checkout's root (unmask/models/default)
+
+
+def trained_tasks(checkpoint: str | os.PathLike) -> tuple[tuple[str, ...], int]:
+    """(families, gen_length) the checkpoint was trained on, from its training_summary.json: a
+    `--data people` run adds the ood family and its longer generation length; a checkpoint without
+    a summary gets the tasks' defaults."""
+    path = Path(checkpoint) / "training_summary.json"
+    if not path.is_file():
+        return tasks.FAMILIES, tasks.GEN_LENGTH
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    families = people.FAMILIES if summary.get("train_config", {}).get("data") == "people" else tasks.FAMILIES
+    return families, int(summary.get("gen_length", tasks.GEN_LENGTH))
 
 
 def package_bytes(folder: Path) -> int:
@@ -103,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{Path.cwd()} is not an unmask checkout (no runtime/manifest.py); "
                      "run from its root or pass --out")
     try:
-        ship(args.checkpoint, args.out, precision=args.precision, check=args.check, quiet=args.quiet)
+        families, gen_length = trained_tasks(args.checkpoint)
+        ship(args.checkpoint, args.out, families=families, gen_length=gen_length, precision=args.precision,
+             check=args.check, quiet=args.quiet)
     except UnmaskError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

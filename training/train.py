@@ -27,6 +27,11 @@ task family builds on, "arith_short" (the arithmetic questions with 1-, 2- and 3
 terms in equal shares), "sums" (sums of two 2- or 3-digit terms), "products" and
 "differences" (the arithmetic questions of that one operation), train-split prompts
 only; `--late-family-weights` replaces the weights from `--late-at` of the budget on.
+`--data people` trains on unmask.people instead of the tasks' templates: many wordings per
+intent, large and made-up slot values, 0-3 earlier turns, and the out-of-domain family
+answered by people.REFUSAL; left at their defaults, the family weights then add ood and the
+generation length grows to people.GEN_LENGTH, and the end of training also scores the
+people sets (phrasing, values, followup, ood). Off by default: the shipped model's recipe.
 `--compile` runs the forward through torch.compile (same numbers, about 25% faster steps
 here once compiled).
 `--ema-decay` checkpoints an exponential moving average of the weights (torch's
@@ -52,10 +57,10 @@ import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from unmask import tasks
+from unmask import people, tasks
 from unmask.manifest import write_text_atomic
 from unmask.export.reference import LladaModel, llada_config, parameter_count
-from .batches import Batch, Batcher, parse_family_weights
+from .batches import Batch, Batcher, data_families, parse_family_weights
 from .tokenizer import save_tokenizer, special_ids, train_tokenizer
 
 
@@ -119,7 +124,8 @@ class TrainConfig:
     # held-out against 93.8% raw (arithmetic 86% against 77%); the previous one 94.4% against 93.6%; in another
     # run 81.8% against 79.2% (0.9995: 81.2%)
     mask_eps: float = 0.1  # t ~ U(eps, 1); 0.1 caps the 1/t loss weight at 10 (at 1e-3 one token can weigh 1000x)
-    gen_length: int = tasks.GEN_LENGTH
+    gen_length: int = tasks.GEN_LENGTH  # with --data people and this default: people.GEN_LENGTH
+    data: str = "tasks"  # tasks: unmask.tasks' templates (the shipped recipe) | people: unmask.people (module doc)
     # logging / evaluation
     log_every: int = 25  # steps between loss lines
     eval_every_minutes: float = 8.0  # quick held-out exact match + checkpoint
@@ -228,6 +234,32 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+PEOPLE_WEIGHTS = ("tool_call=0.8,arithmetic=0.5,list=1.4,units=1.0,extract=0.7,ood=0.4,arith_short=0.5,sums=0.3",
+                  "tool_call=0.6,arithmetic=0.8,list=1.4,units=0.8,extract=0.5,ood=0.3,arith_short=0.5,sums=0.4")
+
+
+def resolve_data(cfg: TrainConfig) -> TrainConfig:
+    """cfg with the --data source's defaults: for people, weights that draw the ood family and
+    the longer generation length, where the tasks' defaults were left in place."""
+    data_families(cfg.data)  # an unknown source fails here
+    if cfg.data != "people":
+        return cfg
+    defaults = TrainConfig()
+    weights, late = PEOPLE_WEIGHTS
+    return replace(
+        cfg,
+        family_weights=weights if cfg.family_weights == defaults.family_weights else cfg.family_weights,
+        late_family_weights=late if cfg.late_family_weights == defaults.late_family_weights else cfg.late_family_weights,
+        gen_length=max(cfg.gen_length, people.GEN_LENGTH) if cfg.gen_length == defaults.gen_length else cfg.gen_length,
+    )
+
+
+def people_scores(model, batcher: Batcher, per_family: int) -> dict[str, dict[str, float]]:
+    """Exact match on each people held-out set (the trainer's greedy decoding)."""
+    return {name: evaluate(model, batcher, people.make_set(name, per_family * len(people.SET_FAMILIES[name])))
+            for name in people.SETS}
+
+
 def heldout_set(per_family: int, seed: int, flag: str) -> list[tasks.Example]:
     """`per_family` distinct held-out examples of each family, or an error naming the flag to lower
     (unit conversions have the fewest distinct held-out prompts: 100 each fit, 150 do not)."""
@@ -242,9 +274,10 @@ def heldout_set(per_family: int, seed: int, flag: str) -> list[tasks.Example]:
 
 def train(cfg: TrainConfig) -> dict:
     precision = resolve_precision(cfg.precision)  # bad settings fail before the output folder exists
-    parse_family_weights(cfg.family_weights)
+    cfg = resolve_data(cfg)
+    parse_family_weights(cfg.family_weights, cfg.data)
     if cfg.late_family_weights:
-        parse_family_weights(cfg.late_family_weights)
+        parse_family_weights(cfg.late_family_weights, cfg.data)
     for name in ("history_rate", "loose_rate", "trim_rate", "late_at"):
         if not 0 <= getattr(cfg, name) <= 1:
             raise ValueError(f"{name} is a probability in [0, 1], got {getattr(cfg, name)}")
@@ -262,8 +295,9 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
-    corpus = [tasks.chat_prompt(ex.prompt) + ex.answer + tasks.EOT
-              for ex in itertools.islice(tasks.iter_examples("train", cfg.seed), cfg.tokenizer_examples)]
+    stream = (people.iter_train(cfg.seed) if cfg.data == "people" else tasks.iter_examples("train", cfg.seed))
+    corpus = [tasks.chat_prompt(ex.prompt, ex.history) + ex.answer + tasks.EOT
+              for ex in itertools.islice(stream, cfg.tokenizer_examples)]
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)
     save_tokenizer(tokenizer, out)
     ids = special_ids(tokenizer)
@@ -327,6 +361,9 @@ def train(cfg: TrainConfig) -> dict:
                "heldout_exact_match": accuracy, "heldout_exact_match_loose": loose, "heldout_examples": len(final),
                "decoding": "low_confidence, steps = gen_length, temperature 0, cache none",
                "gen_length": cfg.gen_length, "precision": precision, "train_config": asdict(cfg)}
+    if cfg.data == "people":
+        summary["people_sets"] = sets = people_scores(saved, batcher, cfg.final_eval_per_family)
+        log("people sets: " + "; ".join(f"{name} {_fmt(acc)}" for name, acc in sets.items()))
     if average is not None:  # the same examples with the weights the average was taken of
         summary["heldout_exact_match_raw_weights"] = raw = evaluate(model, batcher, final)
         log(f"raw (not averaged) weights: held-out exact match {_fmt(raw)}")

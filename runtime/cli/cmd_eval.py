@@ -18,6 +18,9 @@ Examples:
   unmask eval ./my-int4 --cache none --steps 40 --json > eval.json
   unmask eval --follow-up 2                     # each question after two earlier chat turns
   unmask eval --loose                           # questions typed loosely: "what is 7 + 5"
+  unmask eval --set phrasing --limit 50         # wordings never trained on
+  unmask eval --set followup                    # after 1-3 earlier turns, and the same questions alone
+  unmask eval --set ood                         # "Hello, who are you?": answered with the fixed sentence?
 """
 
 
@@ -38,8 +41,12 @@ def _families(values: tuple[str, ...]) -> list[str]:
               help="Ask each question after N earlier answered chat turns, as a follow-up in `unmask chat`.")
 @click.option("--loose", is_flag=True,
               help="Ask each question as people type in a chat: no final punctuation, lowercase first letter.")
+@click.option("--set", "heldout", type=click.Choice(evaluation.HELDOUT_SETS), default="split", show_default=True,
+              help="Held-out set: split (the tasks' held-out split), phrasing (wordings never trained on), values "
+                   "(slot values never trained on), followup (after 1-3 earlier turns; also scored alone), "
+                   "ood (out-of-domain prompts, answered with the fixed sentence).")
 @generation_options
-def command(package, families, limit, as_json, answers, follow_up, loose, device, threads, verbose, **flags):
+def command(package, families, limit, as_json, answers, follow_up, loose, heldout, device, threads, verbose, **flags):
     """Score a package by exact match on held-out examples of the tasks it was trained on.
 
     PKG is a package folder with a tasks.json naming its task families; without it
@@ -57,19 +64,20 @@ def command(package, families, limit, as_json, answers, follow_up, loose, device
         evaluation.read_task_spec(package)
     loaded = open_model(package, device, threads)
     spec = evaluation.read_task_spec(loaded.package.folder)
-    chosen = evaluation.choose_families(spec, _families(families))
+    chosen = evaluation.set_families(spec, heldout, _families(families))
     config = prepare(loaded, overrides, verbose=verbose, defaults=evaluation.task_defaults(spec),
                      heading=f"settings (gen_length from {evaluation.TASKS_FILE}, in one block):")
     progress = _progress if sys.stderr.isatty() and not as_json else None
     report = evaluation.evaluate(loaded, families=chosen, limit=limit, config=config, on_answer=progress,
-                                 follow_up=follow_up, loose=loose)
+                                 follow_up=follow_up, loose=loose, heldout=heldout)
     if progress is not None:
         echo_err("")
     if as_json:
         click.echo(json.dumps(report.to_dict(answers=answers), indent=2))
         return
     phrasing = " typed loosely" if report.loose else ""
-    click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples{phrasing}, "
+    kind = "" if report.heldout == "split" else f" of the {report.heldout} set"
+    click.echo(f"{report.package} ({report.precision}), {report.overall.examples} held-out examples{kind}{phrasing}, "
                f"{_settings_line(report.config)}")
     click.echo(evaluation.format_table(report))
 
