@@ -171,16 +171,18 @@ class TestAnswers:
         assert {len(ex.history) for ex in with_history} == {1, 2, 3}
 
 
+@pytest.fixture(scope="module")
+def model():
+    """The embedded default model."""
+    import unmask
+    try:
+        return unmask.load(threads=1)
+    except unmask.UnmaskError as exc:
+        pytest.skip(f"no embedded model: {exc}")
+
+
 class TestEmptyTurn:
     """An empty or whitespace-only turn is refused and leaves the conversation as it was."""
-
-    @pytest.fixture(scope="class")
-    def model(self):
-        import unmask
-        try:
-            return unmask.load(threads=1)
-        except unmask.UnmaskError as exc:
-            pytest.skip(f"no embedded model: {exc}")
 
     @pytest.mark.parametrize("text", ["", "   ", "\t\n", "\u3000"])
     def test_chat_session_refuses_and_keeps_the_history(self, model, text):
