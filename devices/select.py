@@ -412,8 +412,9 @@ def _placement(profile, index, options, result, detection, manifest, asked, head
     if profile.cpu_fallback and profile.provider != "CPUExecutionProvider":
         providers.append(("CPUExecutionProvider", {}))
     threads, spinning = asked
-    choice = choose_threads(profile, detection.cpu.physical_cores, detection.cpu.load, threads=threads,
-                            spinning=spinning)
+    hidden = manifest.dims.hidden_size if manifest is not None else None
+    choice = choose_threads(profile, detection.cpu.physical_cores, detection.cpu.load, hidden_size=hidden,
+                            threads=threads, spinning=spinning)
     lines = [head, f"  profile {profile.name}: {profile.applies}"]
     size = manifest.size_bytes if manifest is not None else 0
     free, where = free_memory(profile, detection, index)

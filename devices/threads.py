@@ -12,9 +12,11 @@ README "Threads and spinning"):
   asks for it; a load that starts after the model is loaded (a server runs for hours)
   cannot make that choice lose badly.
 - Threads that have to wait for a core another process holds lose: with the machine's
-  cores shared, 2 threads ran 0.55-0.8x of 1 on the embedded model. On an idle machine
-  2 threads ran 0.8x of 1 there and 1.3x on a 58 M model. So a model gets the physical
-  cores the 1-minute load average leaves free, at least one.
+  cores shared by other processes, 2 threads ran 0.3-0.9x of 1 on the embedded model. So
+  a model gets the physical cores the 1-minute load average leaves free, at least one.
+- A small model's ops are too small to split: on the embedded model (hidden size 128)
+  2 threads ran 0.6-0.8x of 1 even with the cores to itself, while a 58 M model (hidden
+  512) ran 1.1-1.3x. Models under SMALL_HIDDEN get one thread.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from .profile import DeviceProfile
 
+SMALL_HIDDEN = 256  # between the measured points: hidden 128 lost with 2 threads, hidden 512 won
 SPIN_OFF_WHY = "spinning pool threads ran 0.3-0.8x of the best setting, quiet or loaded (bench_threads.py)"
 
 
@@ -43,17 +46,21 @@ def busy_cores(load: float | None, cores: int) -> int:
     return min(cores, int(load + 0.5))
 
 
-def choose_threads(profile: DeviceProfile, cores: int, load: float | None, *, threads: int | None = None,
-                   spinning: bool | None = None) -> ThreadChoice:
+def choose_threads(profile: DeviceProfile, cores: int, load: float | None, *, hidden_size: int | None = None,
+                   threads: int | None = None, spinning: bool | None = None) -> ThreadChoice:
     """Threads and spinning for a session on `profile`; `threads` / `spinning` are the caller's overrides.
 
     cores: physical cores this process may use; load: the 1-minute load average scaled to
-    them (None where the OS has none, e.g. Windows: taken as idle).
+    them (None where the OS has none, e.g. Windows: taken as idle); hidden_size: the
+    model's (None: no model, as `unmask devices` without --model).
     """
     if threads is not None:
         n, n_why = threads, "asked for"
     elif profile.session.intra_op_threads:
         n, n_why = profile.session.intra_op_threads, f"set by profile {profile.name}"
+    elif hidden_size is not None and hidden_size < SMALL_HIDDEN and cores > 1:
+        n, n_why = 1, (f"hidden size {hidden_size} < {SMALL_HIDDEN}: ops too small to split "
+                       "(2 threads ran 0.6-0.8x of 1 on the embedded model, idle)")
     else:
         n, n_why = _free_cores(cores, load)
     if spinning is not None:

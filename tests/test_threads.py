@@ -20,7 +20,10 @@ import unmask
 from unmask import ConfigError
 from unmask.cli import main
 from unmask.devices import CpuInfo, Detection, ProbeResult, detect, load_profiles, select
-from unmask.devices.threads import busy_cores, choose_threads
+from unmask.devices.threads import SMALL_HIDDEN, busy_cores, choose_threads
+from unmask.export import export_model
+from unmask.export.testing import make_llada_checkpoint
+from unmask.model import default_package_dir
 
 detect_module = importlib.import_module("unmask.devices.detect")  # the package's `detect` is the function
 PROFILES = {p.name: p for p in load_profiles()}
@@ -40,6 +43,15 @@ def cpu_probe(profile, options=None):
 def machine(cores: int, load: float | None) -> Detection:
     cpu = CpuInfo(model="test CPU", arch="x86_64", physical_cores=cores, logical_cores=cores, load=load)
     return Detection(cpu=cpu)
+
+
+@pytest.fixture(scope="module")
+def wide_package(tmp_path_factory):
+    """A one-layer random LLaDA package of hidden size SMALL_HIDDEN: big enough for the load rule."""
+    root = tmp_path_factory.mktemp("wide")
+    checkpoint = make_llada_checkpoint(root / "ckpt", d_model=SMALL_HIDDEN, n_layers=1, n_heads=4, mlp_hidden_size=64)
+    export_model(checkpoint, root / "pkg", "fp32", quiet=True, validate=False)
+    return root / "pkg"
 
 
 @pytest.fixture
@@ -75,6 +87,12 @@ class TestRule:
         spinning = with_session(X86, allow_spinning=True)
         assert choose_threads(spinning, 2, 0.1).spinning is True
         assert choose_threads(spinning, 2, 1.2).spinning is False  # one free core: one thread, no pool
+
+    @pytest.mark.parametrize("hidden, threads", [(128, 1), (SMALL_HIDDEN - 1, 1), (SMALL_HIDDEN, 4), (None, 4)])
+    def test_a_small_model_gets_one_thread_on_an_idle_machine(self, hidden, threads):
+        choice = choose_threads(X86, 4, 0.0, hidden_size=hidden)
+        assert choice.threads == threads
+        assert choice.threads_why.startswith(f"hidden size {hidden} < {SMALL_HIDDEN}") == (threads == 1)
 
     def test_profile_thread_count_and_caller_overrides_win(self):
         fixed = with_session(X86, intra_op_threads=3)
@@ -125,19 +143,28 @@ class TestLoadAndDevicesAgree:
     """`unmask devices --json` shows what unmask.load's session really runs with."""
 
     @pytest.mark.parametrize("load", [0.0, 50.0])
-    def test_devices_json_matches_the_loaded_session(self, load, pinned_load, capsys):
+    def test_devices_json_matches_the_loaded_session(self, load, wide_package, pinned_load, capsys):
         pinned_load(load)
-        assert main(["devices", "--json", "--device", "cpu"]) == 0
+        assert main(["devices", "--json", "--device", "cpu", "--model", str(wide_package)]) == 0
         shown = json.loads(capsys.readouterr().out)["choice"]
         cores = detect().cpu.physical_cores
-        expected = choose_threads(HERE, cores, load)
+        expected = choose_threads(HERE, cores, load, hidden_size=SMALL_HIDDEN)
         assert (shown["threads"], shown["spinning"]) == (expected.threads, False)
         assert shown["threads"] == (cores if load == 0.0 else 1)
         assert (shown["threads_why"], shown["spinning_why"]) == (expected.threads_why, expected.spinning_why)
-        model = unmask.load(device="cpu")
-        so = model.engine.session.get_session_options()
-        assert (model.threads, so.intra_op_num_threads) == (shown["threads"], shown["threads"])
-        assert [so.get_session_config_entry(k) for k in SPIN_KEYS] == ["0", "0"]
+        model = unmask.load(wide_package, device="cpu")
+        assert_session_runs_with(model, shown["threads"], spinning=False)
+
+    @pytest.mark.parametrize("load", [0.0, 50.0])
+    def test_the_embedded_model_is_small_and_gets_one_thread(self, load, pinned_load, capsys):
+        pinned_load(load)
+        assert main(["devices", "--json", "--device", "cpu", "--model", str(default_package_dir())]) == 0
+        shown = json.loads(capsys.readouterr().out)["choice"]
+        cores = detect().cpu.physical_cores
+        assert (shown["threads"], shown["spinning"]) == (1, False)
+        if cores > 1:
+            assert shown["threads_why"].startswith("hidden size 128 < 256: ops too small to split")
+        assert_session_runs_with(unmask.load(device="cpu"), 1, spinning=False)
 
     def test_devices_table_prints_the_choice(self, pinned_load, capsys):
         pinned_load(50.0)
@@ -149,9 +176,13 @@ class TestLoadAndDevicesAgree:
 
     def test_load_overrides_reach_the_session(self, pinned_load):
         pinned_load(50.0)  # the rule alone would give 1 thread, no spinning
-        model = unmask.load(device="cpu", threads=2, spinning=True)
-        so = model.engine.session.get_session_options()
-        assert (model.threads, so.intra_op_num_threads, model.placement.spinning) == (2, 2, True)
-        assert [so.get_session_config_entry(k) for k in SPIN_KEYS] == ["1", "1"]
+        assert_session_runs_with(unmask.load(device="cpu", threads=2, spinning=True), 2, spinning=True)
         with pytest.raises(ConfigError, match="spinning must be"):
             unmask.load(device="cpu", spinning=1)
+
+
+def assert_session_runs_with(model, threads: int, *, spinning: bool) -> None:
+    """The model's ONNX Runtime session, read back, has these settings, and so does its decoder."""
+    so = model.engine.session.get_session_options()
+    assert (model.threads, so.intra_op_num_threads, model.placement.spinning) == (threads, threads, spinning)
+    assert [so.get_session_config_entry(k) for k in SPIN_KEYS] == ["1" if spinning else "0"] * 2
