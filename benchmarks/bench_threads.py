@@ -3,12 +3,14 @@
     python benchmarks/bench_threads.py                          # the embedded default model
     python benchmarks/bench_threads.py --runs 5 --gen 64
     python benchmarks/bench_threads.py --preset 58m --gen 64    # bench_cache.py's random 58.5 M model, int8
+    nice -n -15 python benchmarks/bench_threads.py              # on a shared machine: ahead of the other jobs
 
 Every policy is a (threads, spinning) pair built with unmask.devices.select, so the
 sessions are the ones unmask.load makes, with only those two settings changed:
 1 thread; all physical cores with ORT's pool threads spinning ("on"), sleeping ("off"),
 or spinning only inside session.run ("in runs"). Conditions: "quiet" (whatever else
-the machine runs; on a shared machine that is approximate) and "loaded", where this
+the machine runs; on a shared machine that is approximate, and a negative nice value
+puts the benchmark ahead of the other jobs) and "loaded", where this
 script starts `--busy` worker processes (default: physical cores - 1) that spin on
 arithmetic until the condition ends, as a compiler or a browser tab would.
 

@@ -5,14 +5,14 @@ loaded and the profile's [session] settings; `select` calls it and `unmask devic
 shows its reasons. What it rests on (benchmarks/bench_threads.py on the 2-core AMD EPYC,
 README "Threads and spinning"):
 
-- Spinning pool threads ran 0.3-0.8x of the best setting in every condition measured,
+- Spinning pool threads ran 0.2-0.8x of the best setting in every condition measured,
   quiet or loaded: between passes they hold a core the decoder's scoring threads and
   every other process need. Sleeping threads cost 10-30% where spinning once
   won (an idle machine, 2026-12-03). So spinning is off unless a profile or the caller
   asks for it; a load that starts after the model is loaded (a server runs for hours)
   cannot make that choice lose badly.
 - Threads that have to wait for a core another process holds lose: with the machine's
-  cores shared by other processes, 2 threads ran 0.3-0.9x of 1 on the embedded model. So
+  cores shared by other processes, 2 threads ran mostly 0.3-0.8x of 1 on the embedded model. So
   a model gets the physical cores the 1-minute load average leaves free, at least one.
 - A small model's ops are too small to split: on the embedded model (hidden size 128)
   2 threads ran 0.6-0.8x of 1 even with the cores to itself, while a 58 M model (hidden
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .profile import DeviceProfile
 
 SMALL_HIDDEN = 256  # between the measured points: hidden 128 lost with 2 threads, hidden 512 won
-SPIN_OFF_WHY = "spinning pool threads ran 0.3-0.8x of the best setting, quiet or loaded (bench_threads.py)"
+SPIN_OFF_WHY = "spinning pool threads ran 0.2-0.8x of the best setting, quiet or loaded (bench_threads.py)"
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def choose_threads(profile: DeviceProfile, cores: int, load: float | None, *, hi
         n, n_why = profile.session.intra_op_threads, f"set by profile {profile.name}"
     elif hidden_size is not None and hidden_size < SMALL_HIDDEN and cores > 1:
         n, n_why = 1, (f"hidden size {hidden_size} < {SMALL_HIDDEN}: ops too small to split "
-                       "(2 threads ran 0.6-0.8x of 1 on the embedded model, idle)")
+                       "(2 threads ran 0.6-0.8x of 1 on the embedded model)")
     else:
         n, n_why = _free_cores(cores, load)
     if spinning is not None:
@@ -81,4 +81,4 @@ def _free_cores(cores: int, load: float | None) -> tuple[int, str]:
     if busy == 0:
         return cores, f"physical cores, all idle (load {load:.1f})"
     return max(1, cores - busy), (f"load {load:.1f} keeps {busy} of {cores} physical cores busy; threads "
-                                  "waiting for them ran 0.55-0.8x of 1 thread")
+                                  "waiting for them ran 0.3-0.8x of 1 thread")

@@ -77,7 +77,7 @@ class TestRule:
     def test_reasons_name_the_numbers(self):
         idle = choose_threads(X86, 2, 0.2)
         assert idle.threads_why == "physical cores, all idle (load 0.2)"
-        assert idle.spinning_why.startswith("profile cpu-x86: spinning pool threads ran 0.3-0.8x of the best")
+        assert idle.spinning_why.startswith("profile cpu-x86: spinning pool threads ran 0.2-0.8x of the best")
         busy = choose_threads(X86, 4, 2.2)
         assert busy.threads == 2 and busy.threads_why.startswith("load 2.2 keeps 2 of 4 physical cores busy")
         assert choose_threads(X86, 2, 1.0).spinning_why == "one thread has no pool to spin"
