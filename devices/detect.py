@@ -44,6 +44,9 @@ class CpuInfo:
     features: tuple[str, ...] = ()  # instruction-set extensions, normalised names (avx2, avx512_vnni, dotprod ...)
     physical_cores: int = 1  # cores this process may use, hyper-threads not counted
     logical_cores: int = 1  # hardware threads this process may use
+    # 1-minute load average scaled to those threads (runnable tasks per usable share of the machine);
+    # None where the OS keeps none (Windows). The thread count depends on it (devices/threads.py)
+    load: float | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ def _cpu_info(os_name: str, problems: list[str]) -> CpuInfo:
         features=features,
         physical_cores=physical,
         logical_cores=logical,
+        load=load_average(logical),
     )
 
 
@@ -259,6 +263,19 @@ def _core_counts() -> tuple[int, int]:
     threads_per_core = max(1, logical_host // max(1, physical_host))
     physical = max(1, min(physical_host, math.ceil(usable / threads_per_core)))
     return max(1, usable), physical
+
+
+def load_average(logical: int) -> float | None:
+    """The 1-minute load average times the share of the machine's hardware threads this process may use.
+
+    The kernel counts runnable tasks over the whole machine (a container sees its host's), so
+    a process limited to 2 of 16 threads expects 1/8 of them on its cores.
+    """
+    try:
+        one_minute = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return None
+    return one_minute * logical / max(logical, os.cpu_count() or logical)
 
 
 def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup") -> int | None:

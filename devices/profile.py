@@ -47,7 +47,7 @@ class SessionSettings:
     """onnxruntime.SessionOptions for one profile (the [session] table of a profile file)."""
 
     intra_op_threads: int = 0  # 0 = physical cores (usable by this process); ORT's own default is the same
-    allow_spinning: bool = False  # idle pool threads spin-wait for the next op instead of sleeping (fast hand-off)
+    allow_spinning: bool = False  # idle pool threads may spin-wait instead of sleeping (when threads > 1; threads.py)
     stop_spinning_after_run: bool = False  # ...but stop when session.run returns: the C++ decoder scores between passes
     cpu_mem_arena: bool = True  # reuse CPU buffers across the many forward passes of one generation
     mem_pattern: bool = True  # plan allocations per input shape; DirectML needs it off

@@ -21,6 +21,7 @@ from ..manifest import Manifest
 from .detect import Detection, detect
 from .probe import Probe, ProbeResult, probe as run_probe
 from .profile import DeviceProfile, load_profiles
+from .threads import ThreadChoice, choose_threads
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ class Placement:
     providers: tuple[tuple[str, dict[str, str]], ...]  # (provider, options), best first; ORT accepts this list
     threads: int  # intra-op threads for ORT, and the C++ decoder's thread count
     explanation: str  # a few lines for humans: what was chosen and why
+    spinning: bool = False  # ORT's idle pool threads spin-wait (intra- and inter-op); devices/threads.py decides
+    threads_why: str = ""  # one line each: why this many threads, why (not) spinning
+    spinning_why: str = ""
     notes: tuple[str, ...] = ()  # advice that did not change the choice (better export, memory, fallbacks)
     device_index: int | None = None  # GPU / adapter index when the provider has one
     probe: ProbeResult | None = None
@@ -55,7 +59,10 @@ class Placement:
         return [dict(options) for _, options in self.providers]
 
     def with_session(self, **changes: Any) -> "Placement":
-        """This placement with some of its profile's session settings changed (benchmarks, tests)."""
+        """This placement with some of its profile's session settings changed (benchmarks, tests).
+
+        Threads and spinning are the placement's own (select(threads=, spinning=)), not the profile's.
+        """
         session = replace(self.profile.session, **changes)
         return replace(self, profile=replace(self.profile, session=session))
 
@@ -78,7 +85,7 @@ class Placement:
         }[s.graph_optimization]
         so.enable_cpu_mem_arena = s.cpu_mem_arena
         so.enable_mem_pattern = s.mem_pattern
-        spin = "1" if s.allow_spinning else "0"
+        spin = "1" if self.spinning else "0"
         so.add_session_config_entry("session.intra_op.allow_spinning", spin)
         so.add_session_config_entry("session.inter_op.allow_spinning", spin)
         so.add_session_config_entry("session.force_spinning_stop", "1" if s.stop_spinning_after_run else "0")
@@ -114,6 +121,9 @@ class Placement:
             "profile": self.profile.name,
             "providers": [[name, options] for name, options in self.providers],
             "threads": self.threads,
+            "threads_why": self.threads_why,
+            "spinning": self.spinning,
+            "spinning_why": self.spinning_why,
             "explanation": self.explanation,
             "notes": list(self.notes),
         }
@@ -130,6 +140,7 @@ def select(
     profiles: Sequence[DeviceProfile] | None = None,
     probe: Probe | None = None,
     threads: int | None = None,
+    spinning: bool | None = None,
 ) -> Placement:
     """Pick the device for `manifest` (a unmask.manifest.Manifest, or None to pick for no model).
 
@@ -137,15 +148,19 @@ def select(
     with an index ("cuda:1"). An explicit device is used or refused with the reason (DeviceError);
     auto takes the best device whose probe passes, warning (DeviceFallbackWarning) when a listed
     provider failed. A package that does not fit in free memory is refused before loading.
+    threads / spinning override devices/threads.py's choice (None: its rule).
     """
     detection = detection if detection is not None else detect()
     profiles = tuple(profiles) if profiles is not None else load_profiles()
     probe = probe if probe is not None else run_probe
     check_threads(threads)
+    if spinning is not None and not isinstance(spinning, bool):
+        raise ConfigError(f"spinning must be True, False or None (the device profile's rule), got {spinning!r}")
+    asked = (threads, spinning)
     name, index = parse_device(device, profiles)
     if name == "auto":
-        return _select_auto(manifest, detection, profiles, probe, threads)
-    return _select_explicit(name, index, manifest, detection, profiles, probe, threads)
+        return _select_auto(manifest, detection, profiles, probe, asked)
+    return _select_explicit(name, index, manifest, detection, profiles, probe, asked)
 
 
 def device_names(profiles: Sequence[DeviceProfile]) -> list[str]:
@@ -179,7 +194,7 @@ def parse_device(device: str, profiles: Sequence[DeviceProfile]) -> tuple[str, i
 # ---------------------------------------------------------------------- explicit
 
 
-def _select_explicit(name, index, manifest, detection, profiles, probe, threads) -> Placement:
+def _select_explicit(name, index, manifest, detection, profiles, probe, asked) -> Placement:
     profile, notes = profile_for(name, detection, profiles)
     if profile.provider not in detection.available_providers:
         have = ", ".join(p.replace("ExecutionProvider", "") for p in detection.available_providers) or "none"
@@ -197,7 +212,7 @@ def _select_explicit(name, index, manifest, detection, profiles, probe, threads)
         raise DeviceError(problem)
     notes += package_notes(profile, manifest)
     head = f"{name}: asked for by name; {profile.provider} confirmed by a probe session"
-    return _placement(profile, index, options, result, detection, manifest, threads, head, notes)
+    return _placement(profile, index, options, result, detection, manifest, asked, head, notes)
 
 
 def profile_for(name: str, detection: Detection, profiles: Sequence[DeviceProfile]) -> tuple[DeviceProfile, list[str]]:
@@ -233,7 +248,7 @@ def candidates(detection: Detection, profiles: Sequence[DeviceProfile]) -> list[
     return sorted(here, key=lambda p: -p.priority)
 
 
-def _select_auto(manifest, detection, profiles, probe, threads) -> Placement:
+def _select_auto(manifest, detection, profiles, probe, asked) -> Placement:
     passed_over: list[str] = []  # why each better device was not taken
     failed_probe: list[tuple[DeviceProfile, str]] = []
     too_big: list[str] = []
@@ -271,7 +286,7 @@ def _select_auto(manifest, detection, profiles, probe, threads) -> Placement:
         head = f"{profile.device}: best available device, {profile.provider} confirmed by a probe session"
         if passed_over:
             head += "\n  passed over: " + "\n  passed over: ".join(passed_over)
-        return _placement(profile, None, options, result, detection, manifest, threads, head, notes)
+        return _placement(profile, None, options, result, detection, manifest, asked, head, notes)
     if too_big:
         raise DeviceError(too_big[-1])
     raise DeviceError("no device can run here: " + "; ".join(passed_over))
@@ -392,22 +407,20 @@ def gib(n: int) -> str:
 # ---------------------------------------------------------------------- result
 
 
-def _placement(profile, index, options, result, detection, manifest, threads, head, notes) -> Placement:
+def _placement(profile, index, options, result, detection, manifest, asked, head, notes) -> Placement:
     providers: list[tuple[str, dict[str, str]]] = [(profile.provider, options)]
     if profile.cpu_fallback and profile.provider != "CPUExecutionProvider":
         providers.append(("CPUExecutionProvider", {}))
-    if threads is not None:
-        n, why = threads, "asked for"
-    elif profile.session.intra_op_threads:
-        n, why = profile.session.intra_op_threads, f"set by profile {profile.name}"
-    else:
-        n, why = detection.cpu.physical_cores, "physical cores"
+    threads, spinning = asked
+    hidden = manifest.dims.hidden_size if manifest is not None else None
+    choice = choose_threads(profile, detection.cpu.physical_cores, detection.cpu.load, hidden_size=hidden,
+                            threads=threads, spinning=spinning)
     lines = [head, f"  profile {profile.name}: {profile.applies}"]
     size = manifest.size_bytes if manifest is not None else 0
     free, where = free_memory(profile, detection, index)
     if size and free is not None:
         lines.append(f"  memory: needs ~{gib(math.ceil(size * profile.memory_factor))}, {gib(free)} {where}")
-    lines.append(f"  threads: {n} ({why})")
+    lines += thread_lines(choice)
     experts = moe_line(profile, manifest)
     if experts is not None:
         lines.append(f"  {experts}")
@@ -416,12 +429,20 @@ def _placement(profile, index, options, result, detection, manifest, threads, he
         device=profile.device,
         profile=profile,
         providers=tuple(providers),
-        threads=n,
+        threads=choice.threads,
+        spinning=choice.spinning,
+        threads_why=choice.threads_why,
+        spinning_why=choice.spinning_why,
         explanation="\n".join(lines),
         notes=tuple(notes),
         device_index=index,
         probe=result,
     )
+
+
+def thread_lines(choice: ThreadChoice) -> list[str]:
+    return [f"  threads: {choice.threads} ({choice.threads_why})",
+            f"  spinning: {'on' if choice.spinning else 'off'} ({choice.spinning_why})"]
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,11 @@ class StreamEvent:
 
 
 def load(path: str | os.PathLike | None = None, device: str = "auto", threads: int | None = None, *,
-         profile_prefix: str | os.PathLike | None = None) -> "Model":
+         spinning: bool | None = None, profile_prefix: str | os.PathLike | None = None) -> "Model":
     """Open a model package (a folder, a name in the model store, or None: the embedded model) on `device`.
+
+    threads / spinning: CPU threads and whether ORT's idle pool threads spin; None takes the
+    device profile's rule (unmask.devices.threads: the cores the load leaves free, no spinning).
 
     profile_prefix turns on ONNX Runtime's profiler (`unmask bench --profile`): the trace is written
     to `<prefix>_<time>.json` by `model.engine.session.end_profiling()`.
@@ -85,7 +88,7 @@ def load(path: str | os.PathLike | None = None, device: str = "auto", threads: i
     if not folder.is_dir():
         raise ModelFormatError(f"{folder}: not a folder (expected a model package with unmask.json)")
     manifest = read_manifest(folder)
-    placement = select_device(manifest, device, check_threads(threads))  # refuses a model too big before reading it
+    placement = select_device(manifest, device, check_threads(threads), spinning)  # refuses a model too big before reading it
     package, graph = read_package(folder, manifest)
     options = placement.session_options()
     if profile_prefix is not None:
@@ -109,11 +112,11 @@ def default_package_dir() -> Path:
     return Path(str(folder))
 
 
-def select_device(manifest: Manifest, device: str, threads: int | None):
+def select_device(manifest: Manifest, device: str, threads: int | None, spinning: bool | None = None):
     """unmask.devices' Placement for this package: provider, session options, threads."""
     from .devices import select
 
-    return select(manifest, device, threads=threads)  # DeviceError / ConfigError
+    return select(manifest, device, threads=threads, spinning=spinning)  # DeviceError / ConfigError
 
 
 # ---------------------------------------------------------------------- the model

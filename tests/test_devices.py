@@ -40,6 +40,7 @@ from unmask.devices.detect import (
     parse_sysctl,
 )
 from unmask.devices.profile import PROFILE_DIR
+from unmask.devices.threads import choose_threads
 from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds
 
 GiB = 1 << 30
@@ -418,8 +419,12 @@ class TestRealSession:
         assert not result.ok and "CoreMLExecutionProvider" in result.reason
 
     def test_select_create_session_and_run(self):
-        placement = select(None, "cpu")
-        assert placement.device == "cpu" and placement.threads == detect().cpu.physical_cores
+        here = detect()
+        placement = select(None, "cpu", detection=here)
+        expected = choose_threads(BY_NAME["cpu-x86" if here.cpu.arch == "x86_64" else "cpu-arm64"],
+                                  here.cpu.physical_cores, here.cpu.load)
+        assert placement.device == "cpu" and (placement.threads, placement.spinning) == (expected.threads,
+                                                                                         expected.spinning)
         session = placement.create_session(_matmul_model())
         assert session.get_providers() == ["CPUExecutionProvider"]
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -427,17 +432,18 @@ class TestRealSession:
         np.testing.assert_allclose(y, x @ np.full((3, 2), 0.5, np.float32))
         so = placement.session_options()
         assert so.intra_op_num_threads == placement.threads
-        spinning = placement.profile.session
-        assert so.get_session_config_entry("session.intra_op.allow_spinning") == str(int(spinning.allow_spinning))
-        assert so.get_session_config_entry("session.force_spinning_stop") == str(int(spinning.stop_spinning_after_run))
+        assert so.get_session_config_entry("session.intra_op.allow_spinning") == str(int(placement.spinning))
+        stop = placement.profile.session.stop_spinning_after_run
+        assert so.get_session_config_entry("session.force_spinning_stop") == str(int(stop))
 
     def test_spinning_policy_reaches_the_session_options(self):
         d = machine(arch="x86_64")
-        placement = select(None, "cpu", detection=d)
-        assert placement.profile.session.allow_spinning  # measured: sleeping threads slow small-op passes 20-25%
+        assert not select(None, "cpu", detection=d).spinning  # measured: spinning ran 0.2-0.8x of the best setting
         for allow, stop in ((False, False), (True, True)):
-            so = placement.with_session(allow_spinning=allow, stop_spinning_after_run=stop).session_options()
-            assert so.get_session_config_entry("session.intra_op.allow_spinning") == ("1" if allow else "0")
+            placement = select(None, "cpu", detection=d, spinning=allow)
+            so = placement.with_session(stop_spinning_after_run=stop).session_options()
+            for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+                assert so.get_session_config_entry(key) == ("1" if allow else "0")
             assert so.get_session_config_entry("session.force_spinning_stop") == ("1" if stop else "0")
 
     def test_survey_of_this_machine(self):

@@ -91,6 +91,8 @@ def _print_tables(detection, rows, placement, error, messages, manifest) -> None
     machine.add_row("OS", f"{detection.os} ({cpu.arch})")
     machine.add_row("CPU", f"{cpu.model}: {cpu.physical_cores} physical / {cpu.logical_cores} logical cores usable")
     machine.add_row("features", " ".join(cpu.features) or "-")
+    machine.add_row("load", "unknown (no load average on this OS)" if cpu.load is None else
+                    f"{cpu.load:.1f} (1-minute average, on the cores usable here)")
     machine.add_row("RAM", f"{gib(mem.available_bytes)} free of {gib(mem.total_bytes)}")
     machine.add_row("onnxruntime", f"{detection.onnxruntime_version or 'not importable'}: "
                     + ", ".join(detection.available_providers))
