@@ -117,7 +117,7 @@ class Llada2Builder(GraphBuilder):
     architecture = "llada2"
     model_types = ("llada2_moe",)
     shift_logits = False  # the logits of position p are the distribution of position p
-    generation = GenerationConfig(block_length=DEFAULT_BLOCK)
+    generation = GenerationConfig(algorithm="llada2")  # LLaDA2's sampler; the block length comes from block_size
     MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|mask|>", "<|role_end|>", "<|startoftext|>"
 
     @classmethod

@@ -177,14 +177,14 @@ class TestPackage:
         assert moe["shared_size"] == 16 * hf["num_shared_experts"]
 
     def test_runtime_loads_it_as_a_block_causal_package(self, package):
-        """Generation waits for the block-diffusion runtime (the other half of issue 31)."""
+        """It generates with its defaults: LLaDA2's sampler on the block cache (tests/test_runtime_llada2.py)."""
         import unmask
 
         folder, _ = package
         model = unmask.load(folder, device="cpu")
         assert (model.manifest.architecture, model.manifest.attention_kind) == ("llada2", BLOCK_CAUSAL)
-        with pytest.raises(ConfigError, match="cache mode 'block'"):
-            model.generate("Hello", gen_length=8)
+        result = model.generate("Hello", gen_length=8)
+        assert (result.config.algorithm, result.config.cache) == ("llada2", "block")
 
     def test_info_shows_the_experts(self, package):
         from click.testing import CliRunner
