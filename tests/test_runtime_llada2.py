@@ -76,6 +76,33 @@ def test_tokens_match_the_reference_sampler(llada2, case):
     assert max(result.stats.window_lengths[1:]) == BLOCK
 
 
+@pytest.fixture(scope="module")
+def frequent_eos(tmp_path_factory):
+    """The same checkpoint with config.json's eos_token_id set to a token the model often picks (31)."""
+    folder = make_llada2_checkpoint(tmp_path_factory.mktemp("hf") / "llada2", seed=3, eos_token_id=31)
+    out = tmp_path_factory.mktemp("pkg") / "llada2"
+    export_model(folder, out, quiet=True)
+    return load_reference(folder), unmask.load(out, device="cpu", threads=1)
+
+
+def test_early_stop_mid_block(frequent_eos):
+    """The first generated EOS (position 8, the first of block 2) is committed by that block's first step with
+    nothing masked before it: the generation ends there, its holes EOS, the text the full decode's."""
+    reference, model = frequent_eos
+    assert model.facts.eos_id == 31
+    prompt = (np.arange(6, dtype=np.int64) * 37 + 11) % 250 + 20
+    result = model.generate(prompt_ids=prompt, gen_length=16)
+    cfg = result.config
+    want = llada2_generate(reference_forward(reference), prompt, gen_length=16, block_length=BLOCK,
+                           steps=cfg.resolved_steps // cfg.num_blocks, mask_id=model.facts.mask_id, eos_id=31,
+                           threshold=cfg.resolved_threshold)[6:]
+    eos = int(np.flatnonzero(want == 31)[0])
+    np.testing.assert_array_equal(result.token_ids[: eos + 1], want[: eos + 1])
+    assert (result.token_ids[eos + 1 :] == 31).all() and (want[eos + 1 :] != 31).any()
+    assert result.stats.tokens == eos + 1 and (6 + eos + 1) % BLOCK  # stopped right there, inside its block
+    assert result.stats.step_kinds[-1] == "denoise"
+
+
 def test_low_threshold_commits_several_per_step(llada2):
     _, model = llada2
     prompt = np.arange(7, dtype=np.int64) + 30
