@@ -32,8 +32,10 @@ void check_params(const DecodeParams& p) {
     if ((p.algorithm == Algorithm::LowConfidenceDynamic || p.algorithm == Algorithm::EntropyBounded ||
          p.algorithm == Algorithm::Llada2) && !p.threshold)
         throw ConfigError("low_confidence_dynamic, entropy_bounded and llada2 need a threshold");
-    if (p.minimal_topk < 1 || p.minimal_topk > p.gen_length) throw ConfigError("minimal_topk must be in [1, gen_length]");
-    if (p.minimal_topk != 1 && p.algorithm != Algorithm::Llada2) throw ConfigError("minimal_topk applies only to llada2");
+    if (p.minimal_topk < 1 || p.minimal_topk > p.gen_length)
+        throw ConfigError("minimal_topk must be in [1, gen_length]");
+    if (p.minimal_topk != 1 && p.algorithm != Algorithm::Llada2)
+        throw ConfigError("minimal_topk applies only to llada2");
     if (sdar && p.factor) throw ConfigError("factor does not apply to SDAR's algorithms");
     if (p.cache == CacheMode::Block && !sdar) throw ConfigError("cache block needs an SDAR algorithm (block layout)");
 }
@@ -75,7 +77,8 @@ Decoder::Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const 
     const int64_t bl = params_.block_length, nblocks = gen / bl;
     steps_per_block_ = params_.steps / nblocks;
     // LLaDA2: steps = min(steps, gen_length // minimal_topk), from the whole generation's length
-    if (params_.algorithm == Algorithm::Llada2) steps_per_block_ = std::min(steps_per_block_, gen / params_.minimal_topk);
+    if (params_.algorithm == Algorithm::Llada2)
+        steps_per_block_ = std::min(steps_per_block_, gen / params_.minimal_topk);
     if (schedule_of(params_.algorithm) == Schedule::Sdar) {
         lay_out_sdar(first_hole);
     } else {

@@ -44,8 +44,9 @@ struct DecodeParams {
     int64_t steps = 128;                  // forward-pass budget over the whole generation
     int64_t block_length = 128;           // semi-autoregressive block (gen_length = one block)
     Algorithm algorithm = Algorithm::LowConfidence;
-    std::optional<double> threshold;      // Fast-dLLM: commit every confidence >= threshold; SDAR dynamic and
-                                          // LLaDA2: every confidence > threshold; SDAR entropy_bounded: the entropy budget
+    std::optional<double> threshold;      // Fast-dLLM: commit every confidence >= threshold; SDAR dynamic
+                                          // and LLaDA2: every confidence > threshold; SDAR entropy_bounded:
+                                          // the entropy budget
     std::optional<double> factor;         // Fast-dLLM: commit rank n while conf >= 1 - factor/(n+1)
     int64_t minimal_topk = 1;             // LLaDA2: steps per block at most gen_length / minimal_topk
     double temperature = 0.0;             // 0 = argmax

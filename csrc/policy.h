@@ -41,8 +41,9 @@ int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_
 
 // SDAR's count (the reference's select_transfer): the step's scheduled count n from the block
 // length, clamped to the masked positions; `low_confidence_dynamic` and LLaDA2's sampler raise
-// it to the positions with confidence > threshold, `entropy_bounded` to the longest ascending-entropy prefix whose
-// running sum stays below the budget (confidences there are sum p log p = minus the entropy).
+// it to the positions with confidence > threshold, `entropy_bounded` to the longest
+// ascending-entropy prefix whose running sum stays below the budget (confidences there are
+// sum p log p = minus the entropy).
 int64_t sdar_transfer_count(const DecodeParams& p, const std::vector<double>& sorted_confidence, int64_t step,
                             int64_t steps);
 

@@ -5,11 +5,11 @@ the same checkpoint; the CLI's generate and chat; the refusals."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 import unmask
@@ -19,17 +19,27 @@ from unmask.export import export_model
 from unmask.export.reference import load_reference
 from unmask.export.testing import make_llada2_checkpoint
 from llada2_numpy import llada2_generate
+from test_export_sdar import _full  # the PyTorch reference's whole-sequence forward
 
 BLOCK = 4
 
 
+def exported(tmp_path_factory, **config_overrides):
+    """(PyTorch reference, loaded model) of a random LLaDA2 MoE checkpoint, block size 4."""
+    folder = make_llada2_checkpoint(tmp_path_factory.mktemp("hf") / "llada2", seed=3, **config_overrides)
+    export_model(folder, folder.parent / "pkg", quiet=True)
+    return load_reference(folder), unmask.load(folder.parent / "pkg", device="cpu", threads=1)
+
+
 @pytest.fixture(scope="module")
 def llada2(tmp_path_factory):
-    """(PyTorch reference, loaded model) of a random LLaDA2 MoE checkpoint, block size 4."""
-    folder = make_llada2_checkpoint(tmp_path_factory.mktemp("hf") / "llada2", seed=3)
-    out = tmp_path_factory.mktemp("pkg") / "llada2"
-    export_model(folder, out, quiet=True)
-    return load_reference(folder), unmask.load(out, device="cpu", threads=1)
+    return exported(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def frequent_eos(tmp_path_factory):
+    """The same checkpoint with config.json's eos_token_id set to a token the model often picks (31)."""
+    return exported(tmp_path_factory, eos_token_id=31)
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +48,7 @@ def folder(llada2):
 
 
 def reference_forward(reference):
-    def forward(ids):
-        with torch.no_grad():
-            return reference(torch.from_numpy(ids)).numpy()
-    return forward
+    return functools.partial(_full, reference)  # ids [B, L] -> the reference's logits [B, L, V]
 
 
 # (prompt length, settings): the tiny model's confidences are 0.02 to 0.1, so the default 0.95
@@ -74,15 +81,6 @@ def test_tokens_match_the_reference_sampler(llada2, case):
     assert set(kinds) <= {"prefill", "denoise", "store"} and kinds[0] == "prefill"
     assert kinds.count("store") == len(want) // BLOCK - prompt_length // BLOCK - 1
     assert max(result.stats.window_lengths[1:]) == BLOCK
-
-
-@pytest.fixture(scope="module")
-def frequent_eos(tmp_path_factory):
-    """The same checkpoint with config.json's eos_token_id set to a token the model often picks (31)."""
-    folder = make_llada2_checkpoint(tmp_path_factory.mktemp("hf") / "llada2", seed=3, eos_token_id=31)
-    out = tmp_path_factory.mktemp("pkg") / "llada2"
-    export_model(folder, out, quiet=True)
-    return load_reference(folder), unmask.load(out, device="cpu", threads=1)
 
 
 def test_early_stop_mid_block(frequent_eos):
