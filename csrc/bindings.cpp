@@ -27,7 +27,8 @@ PYBIND11_MODULE(_core, m) {
         .value("SEQUENTIAL", Algorithm::Sequential)
         .value("LOW_CONFIDENCE_STATIC", Algorithm::LowConfidenceStatic)
         .value("LOW_CONFIDENCE_DYNAMIC", Algorithm::LowConfidenceDynamic)
-        .value("ENTROPY_BOUNDED", Algorithm::EntropyBounded);
+        .value("ENTROPY_BOUNDED", Algorithm::EntropyBounded)
+        .value("LLADA2", Algorithm::Llada2);
     py::enum_<CacheMode>(m, "CacheMode")
         .value("NONE", CacheMode::None)
         .value("PREFIX", CacheMode::Prefix)
@@ -50,6 +51,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("algorithm", &DecodeParams::algorithm)
         .def_readwrite("threshold", &DecodeParams::threshold)
         .def_readwrite("factor", &DecodeParams::factor)
+        .def_readwrite("minimal_topk", &DecodeParams::minimal_topk)
         .def_readwrite("temperature", &DecodeParams::temperature)
         .def_readwrite("top_k", &DecodeParams::top_k)
         .def_readwrite("top_p", &DecodeParams::top_p)

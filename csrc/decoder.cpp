@@ -41,6 +41,9 @@ Decoder::Decoder(const DecodeParams& params, std::vector<int64_t> prompt, const 
 
     const int64_t bl = params_.block_length, nblocks = gen / bl;
     steps_per_block_ = params_.steps / nblocks;
+    // LLaDA2: steps = min(steps, gen_length // minimal_topk), from the whole generation's length
+    if (params_.algorithm == Algorithm::Llada2)
+        steps_per_block_ = std::min(steps_per_block_, gen / params_.minimal_topk);
     if (schedule_of(params_.algorithm) == Schedule::Sdar) {
         lay_out_sdar(first_hole);
     } else {
@@ -71,8 +74,9 @@ void Decoder::lay_out_sdar(int64_t first_hole) {
 
 bool Decoder::stops(int64_t token) const {
     if (params_.eos_id && token == *params_.eos_id) return true;
-    // SDAR stops on every id of its stop list: <|endoftext|> and <|im_end|>
-    return schedule_of(params_.algorithm) == Schedule::Sdar && params_.eot_id && token == *params_.eot_id;
+    // SDAR stops on every id of its stop list: <|endoftext|> and <|im_end|>; LLaDA2 on EOS only
+    return schedule_of(params_.algorithm) == Schedule::Sdar && params_.algorithm != Algorithm::Llada2 &&
+           params_.eot_id && token == *params_.eot_id;
 }
 
 std::vector<int64_t> Decoder::masked_in_block() const {
@@ -91,18 +95,7 @@ void Decoder::finish_block(StepEvent* event) {
     bool stop = false;
     if (params_.early_stop && params_.eos_id && last_pinned_ < b.gen_end && block_ + 1 < (int64_t)blocks_.size())
         for (int64_t p = b.gen_start; p < b.gen_end && !stop; ++p) stop = stops(x_[static_cast<size_t>(p)]);
-    if (stop) {
-        for (int64_t p = b.gen_end; p < length(); ++p) {
-            if (x_[static_cast<size_t>(p)] != params_.mask_id) continue;
-            x_[static_cast<size_t>(p)] = *params_.eos_id;
-            if (event) {
-                event->positions.push_back(p);
-                event->tokens.push_back(*params_.eos_id);
-                ++event->filled;
-            }
-        }
-        done_ = true;
-    }
+    if (stop) stop_with_eos(b.gen_end, event);
     // The exact cache keeps a finished block's keys/values computed from its final tokens;
     // the last block (or one that ends the generation) needs none.
     if (!done_ && params_.cache == CacheMode::Block && block_ + 1 < static_cast<int64_t>(blocks_.size())) {
@@ -113,6 +106,34 @@ void Decoder::finish_block(StepEvent* event) {
     step_ = 0;
     forwards_in_block_ = 0;
     entered_block_ = false;
+}
+
+void Decoder::stop_with_eos(int64_t from, StepEvent* event) {
+    for (int64_t p = from; p < length(); ++p) {
+        if (x_[static_cast<size_t>(p)] != params_.mask_id) continue;
+        x_[static_cast<size_t>(p)] = *params_.eos_id;
+        if (event) {
+            event->positions.push_back(p);
+            event->tokens.push_back(*params_.eos_id);
+            ++event->filled;
+        }
+    }
+    done_ = true;
+}
+
+// LLaDA2 (the early stop of its own generate): once the first EOS of the generated region has no
+// hole left before it, every token up to it is final, so the generation ends mid-block; the steps
+// the block had left could only fill positions after that EOS. Earlier blocks are finished.
+void Decoder::stop_at_settled_eos(StepEvent* event) {
+    if (!params_.early_stop || !params_.eos_id) return;
+    for (int64_t p = blocks_[static_cast<size_t>(block_)].start; p < length(); ++p) {
+        const int64_t id = x_[static_cast<size_t>(p)];
+        if (id == params_.mask_id && hole_[static_cast<size_t>(p)]) return;
+        if (p >= prompt_length_ && stops(id)) {
+            if (last_pinned_ < p) stop_with_eos(p + 1, event);  // a pinned token further on: not over
+            return;
+        }
+    }
 }
 
 StepContext Decoder::context() const {
@@ -282,6 +303,7 @@ StepEvent Decoder::advance(const LogitsView& logits, LogitsLayout layout) {
     }
     ++forwards_in_block_;
     ++step_;
+    if (params_.algorithm == Algorithm::Llada2) stop_at_settled_eos(&ev);
     settle(&ev);
     ev.done = done_;
     ev.final_end = final_end();

@@ -94,6 +94,8 @@ private:
     std::vector<int64_t> masked_in_block() const;
     void settle(StepEvent* event);  // skip steps that commit nothing, finish blocks, build the request
     void finish_block(StepEvent* event);
+    void stop_with_eos(int64_t from, StepEvent* event);  // holes from `from` on become EOS; done
+    void stop_at_settled_eos(StepEvent* event);         // LLaDA2's mid-block early stop
     void build_request();
     void lay_out_sdar(int64_t first_hole);  // blocks aligned to absolute position 0, canvas padded to a block
     bool stops(int64_t token) const;        // early stop's trigger: EOS (SDAR: EOS or EoT)

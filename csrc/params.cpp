@@ -73,9 +73,12 @@ void check_schedule(const DecodeParams& p) {
     const bool sdar = schedule_of(p.algorithm) == Schedule::Sdar;
     require(!sdar || p.steps / (p.gen_length / p.block_length) <= p.block_length,
             "SDAR's schedule needs steps per block <= block_length " + str(p.block_length));
-    require(!((p.algorithm == Algorithm::LowConfidenceDynamic || p.algorithm == Algorithm::EntropyBounded) &&
-              !p.threshold),
-            "low_confidence_dynamic and entropy_bounded need a threshold");
+    require(!((p.algorithm == Algorithm::LowConfidenceDynamic || p.algorithm == Algorithm::EntropyBounded ||
+               p.algorithm == Algorithm::Llada2) && !p.threshold),
+            "low_confidence_dynamic, entropy_bounded and llada2 need a threshold");
+    require(p.minimal_topk >= 1 && p.minimal_topk <= p.gen_length,
+            "minimal_topk must be in [1, gen_length " + str(p.gen_length) + "], got " + str(p.minimal_topk));
+    require(p.minimal_topk == 1 || p.algorithm == Algorithm::Llada2, "minimal_topk applies only to llada2");
     require(!(sdar && p.factor), "factor does not apply to SDAR's algorithms");
     require(p.cache != CacheMode::Block || sdar, "cache block needs an SDAR algorithm (block layout)");
 }

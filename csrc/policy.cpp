@@ -65,8 +65,9 @@ int64_t sdar_transfer_count(const DecodeParams& p, const std::vector<double>& c,
     const auto masked = static_cast<int64_t>(c.size());
     const int64_t n = std::min(masked, block_transfer_count(p.block_length, steps, step));
     switch (p.algorithm) {
-        case Algorithm::LowConfidenceDynamic: {
-            int64_t high = 0;  // strict >, as the reference
+        case Algorithm::LowConfidenceDynamic:
+        case Algorithm::Llada2: {
+            int64_t high = 0;  // strict >, as both references
             while (high < masked && c[static_cast<size_t>(high)] > *p.threshold) ++high;
             return high >= n ? high : n;
         }

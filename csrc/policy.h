@@ -40,9 +40,10 @@ int64_t transfer_count(const DecodeParams& p, const std::vector<double>& sorted_
                        int64_t masked, const std::vector<float>& timesteps, int64_t step, int64_t steps);
 
 // SDAR's count (the reference's select_transfer): the step's scheduled count n from the block
-// length, clamped to the masked positions; `low_confidence_dynamic` raises it to the positions
-// with confidence > threshold, `entropy_bounded` to the longest ascending-entropy prefix whose
-// running sum stays below the budget (confidences there are sum p log p = minus the entropy).
+// length, clamped to the masked positions; `low_confidence_dynamic` and LLaDA2's sampler raise
+// it to the positions with confidence > threshold, `entropy_bounded` to the longest
+// ascending-entropy prefix whose running sum stays below the budget (confidences there are
+// sum p log p = minus the entropy).
 int64_t sdar_transfer_count(const DecodeParams& p, const std::vector<double>& sorted_confidence, int64_t step,
                             int64_t steps);
 

@@ -356,8 +356,9 @@ TokenRules token_rules(const DecodeParams& p) {
     r.top_p = p.top_p;
     if (schedule_of(p.algorithm) == Schedule::Sdar) {
         r.top_k_first = true;
-        // SDAR's greedy path takes the raw softmax: its filters apply only when sampling
-        if (p.temperature <= 0.0) r.top_k.reset(), r.top_p.reset();
+        // SDAR's greedy path takes the raw softmax: its filters apply only when sampling. LLaDA2's
+        // filters at T = 0 too (argmax and confidence under the renormalised filtered distribution).
+        if (p.temperature <= 0.0 && p.algorithm != Algorithm::Llada2) r.top_k.reset(), r.top_p.reset();
     }
     r.banned.push_back(p.mask_id);
     if (p.logits_eos_inf && p.eos_id) r.banned.push_back(*p.eos_id);

@@ -117,9 +117,7 @@ class Llada2Builder(GraphBuilder):
     architecture = "llada2"
     model_types = ("llada2_moe",)
     shift_logits = False  # the logits of position p are the distribution of position p
-    # block_length follows the package's block size (ModelFacts); the SDAR threshold sampler is the nearest
-    # of the block samplers to the LLaDA2 one (threshold with a per-step floor)
-    generation = GenerationConfig(algorithm="low_confidence_dynamic")
+    generation = GenerationConfig(algorithm="llada2")  # LLaDA2's sampler; the block length comes from block_size
     MASK_TOKEN, EOT_TOKEN, BOS_TOKEN = "<|mask|>", "<|role_end|>", "<|startoftext|>"
 
     @classmethod

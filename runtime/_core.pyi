@@ -33,7 +33,8 @@ class _Enum:
 
 class Algorithm(_Enum):
     """Which positions to commit: LOW_CONFIDENCE and RANDOM follow LLaDA's block schedule,
-    the next four Dream's timestep schedule, the last four SDAR's block-diffusion schedule."""
+    the next four Dream's timestep schedule, the last five the block-diffusion schedule (SDAR's
+    four, then LLaDA2's sampler)."""
 
     LOW_CONFIDENCE: ClassVar[Algorithm]
     RANDOM: ClassVar[Algorithm]
@@ -45,6 +46,7 @@ class Algorithm(_Enum):
     LOW_CONFIDENCE_STATIC: ClassVar[Algorithm]
     LOW_CONFIDENCE_DYNAMIC: ClassVar[Algorithm]
     ENTROPY_BOUNDED: ClassVar[Algorithm]
+    LLADA2: ClassVar[Algorithm]
     __members__: ClassVar[dict[str, Algorithm]]
 
 class CacheMode(_Enum):
@@ -81,6 +83,7 @@ class DecodeParams:
     algorithm: Algorithm
     threshold: float | None
     factor: float | None
+    minimal_topk: int
     temperature: float
     top_k: int | None
     top_p: float | None

@@ -26,12 +26,13 @@ UINT64_MAX = 2**64 - 1  # seed
 # Algorithms and the schedule family each belongs to.
 BLOCK_ALGORITHMS = ("low_confidence", "random")  # LLaDA block schedule
 TIMESTEP_ALGORITHMS = ("origin", "maskgit_plus", "topk_margin", "entropy")  # Dream timestep schedule
-# SDAR block diffusion: blocks aligned to position 0, `steps` per block = its denoising_steps
-SDAR_ALGORITHMS = ("sequential", "low_confidence_static", "low_confidence_dynamic", "entropy_bounded")
+# The SDAR schedule of block diffusion: blocks aligned to position 0, `steps` per block = the
+# reference's steps per block, count from the block length. SDAR's four strategies and LLaDA2's sampler.
+SDAR_ALGORITHMS = ("sequential", "low_confidence_static", "low_confidence_dynamic", "entropy_bounded", "llada2")
 ALGORITHMS = BLOCK_ALGORITHMS + TIMESTEP_ALGORITHMS + SDAR_ALGORITHMS
 CACHE_MODES = ("none", "prefix", "dual", "block")
-# SDAR's defaults of the two threshold rules: confidence_threshold and the CLI's eb_threshold
-SDAR_THRESHOLDS = {"low_confidence_dynamic": 0.85, "entropy_bounded": 0.35}
+# Defaults of the threshold rules: SDAR's confidence_threshold and its CLI's eb_threshold, LLaDA2's threshold
+SDAR_THRESHOLDS = {"low_confidence_dynamic": 0.85, "entropy_bounded": 0.35, "llada2": 0.95}
 
 # Algorithms whose confidence is a probability-like score that a threshold or
 # factor rule can compare against a number in (0, 1].
@@ -54,13 +55,16 @@ class GenerationConfig:
     algorithm: str = _setting("low_confidence", "LLaDA block schedule: low_confidence, random; "
                                                 "Dream timesteps: origin, maskgit_plus, topk_margin, entropy; "
                                                 "SDAR blocks: sequential, low_confidence_static, "
-                                                "low_confidence_dynamic, entropy_bounded")
+                                                "low_confidence_dynamic, entropy_bounded, llada2")
 
     # --- Fast-dLLM parallel decoding (replace the fixed per-step count)
     threshold: float | None = _setting(None, "commit every masked position with confidence >= threshold "
                                              "(low_confidence_dynamic: > threshold, default 0.85; "
+                                             "llada2: > threshold, default 0.95; "
                                              "entropy_bounded: the entropy budget, default 0.35)")
     factor: float | None = _setting(None, "commit rank n while confidence >= 1 - factor/(n+1)")
+    minimal_topk: int | None = _setting(None, "llada2: at most gen_length // minimal_topk steps per block; "
+                                              "None = 1")
 
     # --- token sampling
     temperature: float = _setting(0.0, "0 = greedy argmax")
@@ -71,7 +75,8 @@ class GenerationConfig:
     cfg_scale: float = _setting(0.0, "classifier-free guidance; 0 = off, > 0 doubles the batch")
     logits_eos_inf: bool = _setting(False, "forbid EOS as a token (its logit becomes -inf)")
     confidence_eos_eot_inf: bool = _setting(False, "LLaDA: rank EOS/EoT last when choosing positions")
-    early_stop: bool = _setting(True, "stop once a finished block holds EOS (rest becomes EOS)")
+    early_stop: bool = _setting(True, "stop once a finished block holds EOS (rest becomes EOS); llada2: "
+                                      "as soon as the first EOS has no mask before it")
     seed: int = _setting(0, "RNG seed: same seed, same tokens, whatever the thread count")
 
     # --- engine
@@ -169,6 +174,7 @@ class GenerationConfig:
                 f"({self.num_blocks} = gen_length {self.gen_length} / block_length {block}); "
                 f"each block needs the same number of steps"
             )
+        self._check_minimal_topk()
         if self.threshold is not None and self.factor is not None:
             raise ConfigError("threshold and factor are two parallel-decoding rules; set only one")
         if self.uses_sdar_schedule:
@@ -220,14 +226,28 @@ class GenerationConfig:
                 f"{self.resolved_block_length}; SDAR commits at least one token per step (steps <= gen_length)")
         if self.threshold is None:
             return
-        if self.algorithm == "low_confidence_dynamic" and not (0.0 < _num("threshold", self.threshold) <= 1.0):
+        if self.algorithm in ("low_confidence_dynamic", "llada2") and \
+                not (0.0 < _num("threshold", self.threshold) <= 1.0):
             raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.algorithm == "entropy_bounded" and not (_num("threshold", self.threshold) > 0.0):
             raise ConfigError(f"threshold (entropy_bounded's entropy budget, in nats) must be a finite number > 0, "
                               f"got {self.threshold}")
         if self.algorithm not in SDAR_THRESHOLDS:
             raise ConfigError(f"threshold does not apply to algorithm {self.algorithm!r} "
-                              f"(use low_confidence_dynamic or entropy_bounded)")
+                              f"(use {', '.join(SDAR_THRESHOLDS)})")
+
+    def _check_minimal_topk(self) -> None:
+        """LLaDA2's cap on the steps per block: gen_length // minimal_topk (the reference's rule)."""
+        if self.minimal_topk is None:
+            return
+        _check_int("minimal_topk", self.minimal_topk, minimum=1)
+        if self.algorithm != "llada2":
+            raise ConfigError(f"minimal_topk does not apply to algorithm {self.algorithm!r} "
+                              f"(it caps the steps of algorithm llada2)")
+        if self.minimal_topk > self.gen_length:
+            raise ConfigError(f"minimal_topk {self.minimal_topk} exceeds gen_length {self.gen_length}: "
+                              f"gen_length // minimal_topk = 0 steps per block would decode nothing; "
+                              f"use at most {self.gen_length}")
 
     def _check_against(self, facts: "ModelFacts") -> None:
         """The rules that need the model's token ids and attention (the C++ core asserts the same)."""

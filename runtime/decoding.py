@@ -35,6 +35,7 @@ _ALGORITHMS = {
     "low_confidence_static": _core.Algorithm.LOW_CONFIDENCE_STATIC,
     "low_confidence_dynamic": _core.Algorithm.LOW_CONFIDENCE_DYNAMIC,
     "entropy_bounded": _core.Algorithm.ENTROPY_BOUNDED,
+    "llada2": _core.Algorithm.LLADA2,
 }
 _CACHE_MODES = {"none": _core.CacheMode.NONE, "prefix": _core.CacheMode.PREFIX, "dual": _core.CacheMode.DUAL,
                 "block": _core.CacheMode.BLOCK}
@@ -91,6 +92,7 @@ def to_params(config: GenerationConfig, facts: ModelFacts, *, threads: int | Non
     p.algorithm = _ALGORITHMS[config.algorithm]
     p.threshold = config.resolved_threshold
     p.factor = config.factor
+    p.minimal_topk = config.minimal_topk or 1
     p.temperature = float(config.temperature)
     p.top_k = config.top_k
     p.top_p = config.top_p

@@ -177,14 +177,14 @@ class TestPackage:
         assert moe["shared_size"] == 16 * hf["num_shared_experts"]
 
     def test_runtime_generates_with_the_block_cache(self, package):
-        """The package runs on the block-diffusion runtime: exact block cache, blocks of its block size."""
+        """It generates with its defaults: LLaDA2's sampler on the block cache (tests/test_runtime_llada2.py)."""
         import unmask
 
         folder, _ = package
         model = unmask.load(folder, device="cpu")
         assert (model.manifest.architecture, model.manifest.attention_kind) == ("llada2", BLOCK_CAUSAL)
         config = model.resolve_config(gen_length=8)
-        assert (config.cache, config.block_length) == ("block", 4)
+        assert (config.algorithm, config.cache, config.block_length) == ("llada2", "block", 4)
         result = model.generate("Hello", config=config)
         assert 8 <= len(result.token_ids) < 8 + 4  # generation ends where the block holding its end ends
         with pytest.raises(ConfigError, match="block"):
