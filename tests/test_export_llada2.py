@@ -25,7 +25,7 @@ from unmask.export.reference_llada2 import Llada2Config, route
 from unmask.export.testing import llada2_weight_shapes, make_llada2_checkpoint
 from unmask.manifest import BLOCK_CAUSAL, read_manifest
 
-from test_export_sdar import Graph, _full  # the graph-contract runner and the reference's full forward
+from test_export_sdar import Graph, _full, window_error  # the graph-contract runner, the reference's forward
 
 D, F, E = 64, 64, 8
 SPEC = MoeSpec(num_experts=E, experts_per_token=2, expert_size=F, shared_size=0, n_group=4, topk_group=2,
@@ -162,10 +162,7 @@ class TestPackage:
         folder, result = package
         block = result.manifest.block_size
         ids = np.random.default_rng(6).integers(0, 320, (1, 4 * block))
-        graph = Graph(folder)
-        _, past = graph(ids[:, :2 * block], 0)
-        logits, _ = graph(ids[:, 2 * block:], 2 * block, past)
-        assert np.abs(logits - _full(reference, ids)[:, 2 * block:]).max() <= 1e-4
+        assert window_error(folder, reference, ids, 2 * block) <= 1e-4
 
     def test_manifest(self, package, checkpoint):
         _, result = package
