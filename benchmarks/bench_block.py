@@ -13,7 +13,10 @@ temperature 0, early stop off, one token per forward (steps = gen_length): SDAR
 Printed per row: forward passes, tokens/s, milliseconds per generated token, time to the
 first final token (SDAR: its first block finished; LLaDA: its first block) and the ratios the
 issue sets as targets: SDAR block >= 1.3x the tokens/s of LLaDA dual, its first block >= 3x
-sooner, and a flat per-token cost over gen_length 256, 512, 1024 (`--scaling`).
+sooner, and a flat per-token cost over gen_length 256, 512, 1024 (`--scaling`; the "cost
+growth" column divides each row's ms/token by the same model's at the first scaling length).
+`--llada-scaling` runs LLaDA dual at the scaling lengths too, for contrast (slow: one token per
+forward over a window of 32 against the whole sequence).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="ORT threads (default: the device profile's)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest is printed")
     parser.add_argument("--workdir", type=Path, default=None, help="keep checkpoints/packages here (reused)")
+    parser.add_argument("--llada-scaling", action="store_true", help="LLaDA dual at the scaling lengths too")
     args = parser.parse_args()
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
     scaling = [int(g) for g in args.scaling.split(",") if g.strip()]
@@ -79,9 +83,9 @@ def main() -> None:
     load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
     print(f"prompt {args.prompt}, one token per forward, temperature 0, early stop off; fastest of {args.repeat} "
           f"run(s) per row; {os.cpu_count()} CPUs{load}\n")
-    print("| model | precision | cache | gen | forwards | tok/s | ms/token | first block s | vs LLaDA tok/s | "
-          "LLaDA first block / this |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | precision | cache | gen | forwards | tok/s | ms/token | cost growth | first block s | "
+          "vs LLaDA tok/s | LLaDA first block / this |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench_block_") as tmp:
         root = args.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -90,15 +94,18 @@ def main() -> None:
                       for f in ("llada", "sdar")}
             for family, model in models.items():  # warm-up: first-run allocations
                 measure(model, prompt, 8 if family == "sdar" else LLADA_BLOCK, family, 1)
-            llada = measure(models["llada"], prompt, args.gen, "llada", args.repeat)
-            rows = [("llada", args.gen, llada)]
-            rows += [("sdar", g, measure(models["sdar"], prompt, g, "sdar", args.repeat))
-                     for g in dict.fromkeys([args.gen, *scaling])]
-            for family, gen, r in rows:
-                versus = f"{r['rate'] / llada['rate']:.2f}x" if family == "sdar" and gen == args.gen else "-"
-                sooner = f"{llada['first'] / r['first']:.1f}x" if family == "sdar" and gen == args.gen else "-"
+            lengths = {"llada": list(dict.fromkeys([args.gen, *(scaling if args.llada_scaling else [])])),
+                       "sdar": list(dict.fromkeys([args.gen, *scaling]))}
+            results = {(f, g): measure(models[f], prompt, g, f, args.repeat) for f in models for g in lengths[f]}
+            llada = results["llada", args.gen]
+            for (family, gen), r in results.items():
+                base = results.get((family, scaling[0])) if scaling else None
+                growth = f"{r['ms_per_token'] / base['ms_per_token']:.2f}x" if base else "-"
+                side = family == "sdar" and gen == args.gen
+                versus = f"{r['rate'] / llada['rate']:.2f}x" if side else "-"
+                sooner = f"{llada['first'] / r['first']:.1f}x" if side else "-"
                 print(f"| {family} | {precision} | {r['cache']} | {gen} | {r['nfe']} | {r['rate']:.1f} | "
-                      f"{r['ms_per_token']:.2f} | {r['first']:.3f} | {versus} | {sooner} |", flush=True)
+                      f"{r['ms_per_token']:.2f} | {growth} | {r['first']:.3f} | {versus} | {sooner} |", flush=True)
             del models
 
 

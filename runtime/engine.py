@@ -179,6 +179,7 @@ class EngineRun:
         self._binding = self.session.io_binding()
         self._logits = np.empty(batch * max_rows * self.vocab_size, dtype=lay.logits_dtype)
         self._bound_window: tuple | None = None
+        self._gathered: tuple | None = None  # (start, end, past_length) whose past the _past buffers hold
         if not lay.cache_inputs:
             return
         layers = range(lay.num_layers)
@@ -222,8 +223,11 @@ class EngineRun:
         logits = self._logits[: int(np.prod(shape))].reshape(shape)
         binding.bind_output("logits", "cpu", 0, logits.dtype, list(logits.shape), logits.ctypes.data)
         seconds = run_session(self.session, binding, self.source)
-        if stores and (start, end) != (0, self.length):
-            self._store_slice(start, end)
+        if stores:
+            if (start, end) != (0, self.length):
+                self._store_slice(start, end)
+            if self._gathered is not None and self._gathered[:2] != (start, end):
+                self._gathered = None  # the store may have written inside the gathered past
         return logits[:, :wanted], seconds
 
     def _store_slice(self, start: int, end: int) -> None:
@@ -236,14 +240,23 @@ class EngineRun:
         width = end - start
         positions = np.ascontiguousarray(np.broadcast_to(np.arange(start, end, dtype=np.int64), (self.batch, width)))
         binding.bind_cpu_input("position_ids", positions)
+        # A store of this same window (SDAR's pass after a block's last step) leaves the past
+        # outside it as it was: bind the copy gathered for the block's steps again
+        regather = self._gathered != (start, end, past_length)
         for l in range(lay.num_layers):
             for kind in ("key", "value"):
-                past = self._gather_past(kind, l, start, end, past_length) if past_length else self._empty_past
+                if not past_length:
+                    past = self._empty_past
+                elif regather:
+                    past = self._gather_past(kind, l, start, end, past_length)
+                else:
+                    past = self._view(self._past[kind, l], past_length)
                 binding.bind_cpu_input(f"past_{kind}.{l}", past)
                 whole = stores and (start, end) == (0, self.length)
                 present = self._cache[kind, l] if whole else self._view(self._scratch[kind, l], width)
                 binding.bind_output(f"present_{kind}.{l}", "cpu", 0, present.dtype, list(present.shape),
                                     present.ctypes.data)
+        self._gathered = (start, end, past_length) if past_length else None
 
     def _gather_past(self, kind: str, layer: int, start: int, end: int, past_length: int) -> np.ndarray:
         """The cached K or V of the first past_length positions outside [start, end), contiguous."""

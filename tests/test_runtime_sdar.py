@@ -66,6 +66,20 @@ class TestGenerate:
         assert b.stats.step_kinds == ["full"] * b.stats.nfe
         assert len(a.token_ids) == 12 + 3  # 9 + 12 = 21 positions, padded to the block end (24)
 
+    def test_a_block_gathers_its_past_once(self, sdar, monkeypatch):
+        """The store pass after a block's last step reuses the past gathered for its steps."""
+        from unmask.engine import EngineRun
+
+        _, model = sdar
+        calls = []
+        real = EngineRun._gather_past
+        monkeypatch.setattr(EngineRun, "_gather_past", lambda self, *a: calls.append(a[2:]) or real(self, *a))
+        result = model.generate(prompt_ids=np.arange(9, dtype=np.int64) + 40, gen_length=12, early_stop=False)
+        kinds = result.stats.step_kinds
+        layers = model.manifest.dims.num_layers
+        blocks = [start for start, *_ in calls[:: 2 * layers]]  # one (key, value) pair per layer per gather
+        assert len(calls) == 2 * layers * (kinds.count("store") + 1) and blocks == [8, 12, 16, 20]
+
     def test_stream_yields_text_per_finished_block(self, sdar):
         _, model = sdar
         events = list(model.stream("Hello there", gen_length=16, early_stop=False))
