@@ -1,0 +1,201 @@
+"""Precisions side by side: speed and memory of fp32, int8 and int4 packages of one random LLaDA model.
+
+    python benchmarks/bench_quant.py                               # 130m preset: fp32, int8, int4
+    python benchmarks/bench_quant.py --preset 550m --variants int8,int4
+    python benchmarks/bench_quant.py --variants int4,int4:block_size=128,int4:block_size=128:symmetric=0
+    python benchmarks/bench_quant.py --variants int8,int4 --profile   # per-operator shares of a window step
+
+The workload of issue 36: prompt 64 random tokens, gen_length 64, block 32, one token per
+forward (steps = 64), early stop off, temperature 0, cache none and dual, 2 threads. A variant
+is a precision with optional ExportConfig fields (`int4:block_size=128:accuracy_level=0`), so
+export settings are compared in the same run. All packages are loaded in one process and run
+round-robin (every cell once per round, the fastest round printed), so a machine shared with
+other work slows every cell alike and the ratios hold even when the absolute figures do not.
+
+Per cell: tokens/s, median milliseconds per forward, host share (step time outside
+session.run), the forwards' GFLOP/s and their share of this machine's fp32 GEMM rate, and
+speed against fp32 and int8 in the same cache mode.
+
+Memory: each package is loaded in a fresh process that generates with both cache modes; its
+peak RSS is printed against the package size and the issue's bound, 1.25 x package + 100 MB.
+
+--profile: each package again with ONNX Runtime's profiler, one dual-cache generation, and
+the operator types' shares of the window steps' time (the profiler slows every kernel a little).
+
+Targets (issue 36): int4 dual >= int8 dual; int4 cache none >= 1.5x its earlier per-forward
+speed; int8 host share < 5 %; fp32 dual windows >= 70 % of the GEMM rate; peak RSS of int4
+and int8 <= 1.25 x package + 100 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench_cache import gemm_gflops, kind_rates, ort_gemm_gflops
+
+import unmask
+from unmask import op_profile
+from unmask.bench import Generation
+from unmask.export import ExportConfig, export_model
+from unmask.export.testing import make_llada_checkpoint
+from unmask.stats import peak_rss_bytes
+
+PRESETS = {
+    # ~134 M parameters: 85 M in 12 layers, 2 x 24.6 M embedding + LM head
+    "130m": dict(d_model=768, n_layers=12, n_heads=12, mlp_hidden_size=2048, vocab_size=32000),
+    # ~550 M parameters: 453 M in 16 layers, 2 x 49 M embedding + LM head
+    "550m": dict(d_model=1536, n_layers=16, n_heads=16, mlp_hidden_size=4096, vocab_size=32000),
+}
+PROMPT, GEN, BLOCK = 64, 64, 32
+CACHES = ("none", "dual")
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """'int4:block_size=128:symmetric=0' -> ('int4', {'block_size': 128, 'symmetric': False})."""
+    precision, *pairs = text.split(":")
+    fields = {f.name: f.type for f in ExportConfig.__dataclass_fields__.values()}
+    settings = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in fields or not value:
+            raise SystemExit(f"variant {text!r}: {pair!r} is not FIELD=VALUE of an ExportConfig field")
+        settings[key] = bool(int(value)) if "bool" in str(fields[key]) else int(value)
+    ExportConfig(precision=precision, **settings).resolve()  # a bad variant fails before any export
+    return precision, settings
+
+
+def build(preset: str, variant: str, root: Path) -> Path:
+    checkpoint = root / f"{preset}-checkpoint"
+    if not checkpoint.exists():
+        make_llada_checkpoint(checkpoint, max_sequence_length=4096, tokenizer_vocab=320, seed=0, **PRESETS[preset])
+    package = root / f"{preset}-{variant.replace(':', '-').replace('=', '')}"
+    if not package.exists():
+        precision, settings = parse_variant(variant)
+        export_model(checkpoint, package, precision, quiet=True, validate=False, **settings)
+    return package
+
+
+def package_bytes(package: Path) -> int:
+    return sum(f.stat().st_size for f in package.iterdir() if f.is_file())
+
+
+def generate(model, cache: str):
+    prompt = np.random.default_rng(0).integers(0, 300, size=PROMPT).astype(np.int64)
+    return model.generate(prompt_ids=prompt, gen_length=GEN, block_length=BLOCK, steps=GEN, cache=cache,
+                          early_stop=False, temperature=0.0).stats
+
+
+def _ratio(st, other) -> str:
+    return f"{st.tokens_per_second / other.tokens_per_second:.2f}x" if other else "-"
+
+
+def speed(packages: dict[str, Path], dims: dict, rounds: int, threads: int) -> None:
+    gemm = max(gemm_gflops(), ort_gemm_gflops(threads))
+    models = {v: unmask.load(path, device="cpu", threads=threads) for v, path in packages.items()}
+    for model in models.values():
+        generate(model, "dual")  # warm-up: first-run allocations
+    runs: dict[tuple[str, str], list] = {}
+    for _ in range(rounds):  # round-robin: background load hits every cell alike
+        for cache in CACHES:
+            for variant, model in models.items():
+                runs.setdefault((variant, cache), []).append(generate(model, cache))
+    print(f"fp32 GEMM reference {gemm:.1f} GFLOP/s; fastest of {rounds} round-robin runs per cell; "
+          f"load average {os.getloadavg()[0]:.1f}\n")
+    print("| variant | cache | tok/s | ms / forward | host share | GFLOP/s | % of GEMM | vs fp32 | vs int8 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    best = {key: max(stats, key=lambda st: st.tokens_per_second) for key, stats in runs.items()}
+    for cache in CACHES:
+        for variant in models:
+            st = best[(variant, cache)]
+            forward = 1000 * statistics.median(st.forward_seconds)
+            rate = kind_rates(st, dims).get("window" if cache == "dual" else "full")
+            flops = f"{rate:.1f} | {100 * rate / gemm:.0f} %" if rate else "- | -"
+            print(f"| {variant} | {cache} | {st.tokens_per_second:.2f} | {forward:.1f} | {100 * st.host_share:.1f} % | "
+                  f"{flops} | {_ratio(st, best.get(('fp32', cache)))} | {_ratio(st, best.get(('int8', cache)))} |",
+                  flush=True)
+
+
+def memory(packages: dict[str, Path], threads: int) -> None:
+    print("\n| variant | package MiB | peak RSS MiB | peak / package | bound 1.25 x package + 100 MB | within |")
+    print("|---|---|---|---|---|---|")
+    for variant, path in packages.items():
+        cmd = [sys.executable, __file__, "--child", str(path), "--threads", str(threads)]
+        peak = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["peak_rss"]
+        size = package_bytes(path)
+        bound = 1.25 * size + 100e6
+        print(f"| {variant} | {size / 2**20:.0f} | {peak / 2**20:.0f} | {peak / size:.2f} | {bound / 2**20:.0f} | "
+              f"{'yes' if peak <= bound else 'no'} |", flush=True)
+
+
+def child(package: Path, threads: int) -> None:
+    """One fresh process: load, generate with each cache mode, print the peak RSS."""
+    model = unmask.load(package, device="cpu", threads=threads)
+    for cache in CACHES:
+        generate(model, cache)
+    print(json.dumps({"peak_rss": peak_rss_bytes()}))
+
+
+def profile(packages: dict[str, Path], threads: int, root: Path) -> None:
+    """Operator types' shares of the window steps of one dual-cache generation, per package."""
+    for variant, path in packages.items():
+        model = unmask.load(path, device="cpu", threads=threads, profile_prefix=root / f"profile-{len(variant)}")
+        generate(model, "dual")  # warm-up
+        st = generate(model, "dual")
+        warmup = Generation(False, st.nfe, 0.0)  # the warm-up's forwards are left out
+        steps = [Generation(kind == "window", 1, f + h)
+                 for kind, f, h in zip(st.step_kinds, st.forward_seconds, st.host_seconds)]
+        trace = op_profile.finish(model, root)
+        summary = op_profile.summarize(trace, [warmup, *steps])
+        window = [f for kind, f in zip(st.step_kinds, st.forward_seconds) if kind == "window"]
+        print(f"\n{variant}: window step {1000 * statistics.median(window):.1f} ms (median, profiler on)"
+              + (f"; {summary['note']}" if summary["note"] else ""))
+        for line in summary["operators"]:
+            print(f"  {line['op_type']:34s} {line['kind']:10s} {100 * line['share']:5.1f} %  "
+                  f"{1e6 * line['seconds'] / max(line['calls'], 1):8.0f} us/call")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=list(PRESETS), default="130m")
+    parser.add_argument("--variants", default="fp32,int8,int4",
+                        help="comma-separated PRECISION[:FIELD=VALUE...] (ExportConfig fields)")
+    parser.add_argument("--rounds", type=int, default=2, help="round-robin runs per cell; the fastest is printed")
+    parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
+    parser.add_argument("--no-speed", action="store_true", help="skip the speed table")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak RSS table")
+    parser.add_argument("--profile", action="store_true", help="per-operator shares of a window step")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep checkpoints/packages here (reused)")
+    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.threads)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for variant in variants:
+        parse_variant(variant)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    with tempfile.TemporaryDirectory(prefix="bench_quant_") as tmp:
+        root = args.workdir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        packages = {v: build(args.preset, v, root) for v in variants}
+        print(f"preset {args.preset}; prompt {PROMPT}, gen_length {GEN}, block {BLOCK}, one token per forward; "
+              f"{args.threads} threads, {os.cpu_count()} CPUs")
+        if not args.no_speed:
+            speed(packages, PRESETS[args.preset], args.rounds, args.threads)
+        if not args.no_memory:
+            memory(packages, args.threads)
+        if args.profile:
+            profile(packages, args.threads, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
