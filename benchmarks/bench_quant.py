@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from unmask import op_profile
 from unmask.bench import Generation
 from unmask.export import ExportConfig, export_model
 from unmask.export.testing import make_llada_checkpoint
+from unmask.manifest import read_manifest
 from unmask.stats import peak_rss_bytes
 
 PRESETS = {
@@ -78,10 +80,21 @@ def build(preset: str, variant: str, root: Path) -> Path:
     if not checkpoint.exists():
         make_llada_checkpoint(checkpoint, max_sequence_length=4096, tokenizer_vocab=320, seed=0, **PRESETS[preset])
     package = root / f"{preset}-{variant.replace(':', '-').replace('=', '')}"
+    precision, settings = parse_variant(variant)
+    if package.exists() and stale(package, ExportConfig(precision=precision, **settings).resolve()):
+        shutil.rmtree(package)  # a --workdir package from other exporter defaults is rebuilt, not measured
     if not package.exists():
-        precision, settings = parse_variant(variant)
         export_model(checkpoint, package, precision, quiet=True, validate=False, **settings)
     return package
+
+
+def stale(package: Path, config: ExportConfig) -> bool:
+    """Whether the package's recorded quantization settings differ from what `config` would write."""
+    recorded = read_manifest(package).provenance
+    int4 = config.precision == "int4"
+    wanted = {"block_size": config.block_size if int4 else None, "symmetric": config.symmetric if int4 else None,
+              "accuracy_level": config.accuracy_level if int4 else None}
+    return any(recorded.get(key, "missing") != value for key, value in wanted.items())
 
 
 def package_bytes(package: Path) -> int:

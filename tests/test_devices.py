@@ -431,6 +431,20 @@ class TestRealSession:
         assert so.get_session_config_entry("session.intra_op.allow_spinning") == str(int(spinning.allow_spinning))
         assert so.get_session_config_entry("session.force_spinning_stop") == str(int(spinning.stop_spinning_after_run))
 
+    def test_session_from_bytes_keeps_no_second_copy_of_the_graph(self, tmp_path):
+        placement = select(None, "cpu")
+        model = _matmul_model()
+        session = placement.create_session(model)
+        # onnxruntime's InferenceSession would keep the bytes for a provider fallback; they are dropped,
+        # and the fallback with them, while the session still runs on the weights it copied
+        assert session._model_bytes is None and session._enable_fallback is False
+        x = np.ones((1, 3), np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], [[1.5, 1.5]])
+        path = tmp_path / "tiny.onnx"
+        path.write_bytes(model)
+        by_path = placement.create_session(path)  # nothing held: ORT read the file itself
+        assert by_path._model_bytes is None and by_path._enable_fallback is True
+
     def test_spinning_policy_reaches_the_session_options(self):
         d = machine(arch="x86_64")
         placement = select(None, "cpu", detection=d)
