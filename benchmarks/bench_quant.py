@@ -14,7 +14,10 @@ other work slows every cell alike and the ratios hold even when the absolute fig
 
 Per cell: tokens/s, median milliseconds per forward, host share (step time outside
 session.run), the forwards' GFLOP/s and their share of this machine's fp32 GEMM rate, and
-speed against fp32 and int8 in the same cache mode.
+speed against fp32 and int8 in the same cache mode. A generation takes seconds, so on a busy
+machine a burst of load can still land on one cell: a second table times single forwards
+(a dual-cache window step and a cache-none step) of every package in turn, --forwards times,
+and gives their medians side by side; compare precisions by that table.
 
 Memory: each package is loaded in a fresh process that generates with both cache modes; its
 peak RSS over the process's life and its peak while generating (Linux: the high-water mark is
@@ -40,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +118,7 @@ def _ratio(st, other) -> str:
     return f"{st.tokens_per_second / other.tokens_per_second:.2f}x" if other else "-"
 
 
-def speed(packages: dict[str, Path], dims: dict, rounds: int, threads: int) -> None:
+def speed(packages: dict[str, Path], dims: dict, rounds: int, reps: int, threads: int) -> None:
     gemm = max(gemm_gflops(), ort_gemm_gflops(threads))
     models = {v: unmask.load(path, device="cpu", threads=threads) for v, path in packages.items()}
     for model in models.values():
@@ -138,6 +142,42 @@ def speed(packages: dict[str, Path], dims: dict, rounds: int, threads: int) -> N
             print(f"| {variant} | {cache} | {st.tokens_per_second:.2f} | {forward:.1f} | {100 * st.host_share:.1f} % | "
                   f"{flops} | {_ratio(st, best.get(('fp32', cache)))} | {_ratio(st, best.get(('int8', cache)))} |",
                   flush=True)
+    forwards(models, dims, reps)
+
+
+def step_feeds(session, dims: dict, window: int, past: int, rows: int) -> dict:
+    """Inputs of one forward: `window` new positions after `past` cached ones, `rows` logit rows."""
+    rng = np.random.default_rng(0)
+    heads = dims["n_heads"]
+    kv = rng.standard_normal((1, heads, past, dims["d_model"] // heads)).astype(np.float32)
+    feeds = {"input_ids": rng.integers(0, 300, (1, window)), "position_ids": np.arange(past, past + window)[None],
+             "logits_index": np.arange(rows)}
+    feeds |= {f"past_{t}.{i}": kv for i in range(dims["n_layers"]) for t in ("key", "value")}
+    names = {i.name for i in session.get_inputs()}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def forwards(models: dict, dims: dict, reps: int) -> None:
+    """One forward of each package in turn, `reps` times: the finest round-robin, so a shared machine's
+    bursts of load fall on every package alike. Window: the dual cache's step (32 new positions after
+    the 64-token prompt and the block before, 16 logit rows); full: cache none (128 positions, 32 rows)."""
+    shapes = {"window": (BLOCK, PROMPT + BLOCK, BLOCK // 2), "full": (PROMPT + GEN, 0, BLOCK)}
+    print("\nOne forward at a time, round-robin: median / fastest ms of", reps, "each\n")
+    print("| step | " + " | ".join(models) + " |")
+    print("|---|" + "---|" * len(models))
+    for step, shape in shapes.items():
+        feeds = {v: step_feeds(m.engine.session, dims, *shape) for v, m in models.items()}
+        times = {v: [] for v in models}
+        for _ in range(reps):
+            for v, m in models.items():
+                start = time.perf_counter()
+                m.engine.session.run(["logits"], feeds[v])
+                times[v].append(time.perf_counter() - start)
+        cells = [f"{1000 * statistics.median(t):.1f} / {1000 * min(t):.1f}" for t in times.values()]
+        print(f"| {step} | " + " | ".join(cells) + " |")
+        if "int8" in times:
+            ratios = [f"{statistics.median(times['int8']) / statistics.median(t):.2f}x" for t in times.values()]
+            print(f"| {step}: speed vs int8 (medians) | " + " | ".join(ratios) + " |", flush=True)
 
 
 def memory(packages: dict[str, Path], threads: int) -> None:
@@ -161,12 +201,14 @@ def memory(packages: dict[str, Path], threads: int) -> None:
 def child(package: Path, threads: int) -> None:
     """One fresh process: load, generate with each cache mode, print the peak RSS (and the peak since load)."""
     model = unmask.load(package, device="cpu", threads=threads)
-    loading = peak_rss_bytes()  # before the reset: it resets ru_maxrss too
+    # Linux keeps ru_maxrss across exec, so a child of a big bench process would report the parent's peak:
+    # read the process's own high-water mark (VmHWM) where there is one, before resetting it
+    loading = _high_water_mark() or peak_rss_bytes()
     resettable = _reset_high_water_mark()
     for cache in CACHES:
         generate(model, cache)
     generating = _high_water_mark() if resettable else None
-    print(json.dumps({"peak_rss": max(loading, peak_rss_bytes()), "generating_rss": generating}))
+    print(json.dumps({"peak_rss": max(loading, generating or peak_rss_bytes()), "generating_rss": generating}))
 
 
 def _reset_high_water_mark() -> bool:
@@ -178,7 +220,11 @@ def _reset_high_water_mark() -> bool:
 
 
 def _high_water_mark() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024  # kB
     return 0
@@ -209,6 +255,7 @@ def main() -> None:
     parser.add_argument("--variants", default="fp32,int8,int4",
                         help="comma-separated PRECISION[:FIELD=VALUE...] (ExportConfig fields)")
     parser.add_argument("--rounds", type=int, default=2, help="round-robin runs per cell; the fastest is printed")
+    parser.add_argument("--forwards", type=int, default=20, help="round-robin single forwards per package and step")
     parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed table")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak RSS table")
@@ -221,8 +268,8 @@ def main() -> None:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for variant in variants:
         parse_variant(variant)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds < 1 or args.forwards < 1:
+        parser.error(f"--rounds and --forwards must be at least 1, got {args.rounds} and {args.forwards}")
     with tempfile.TemporaryDirectory(prefix="bench_quant_") as tmp:
         root = args.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -230,7 +277,7 @@ def main() -> None:
         print(f"preset {args.preset}; prompt {PROMPT}, gen_length {GEN}, block {BLOCK}, one token per forward; "
               f"{args.threads} threads, {os.cpu_count()} CPUs")
         if not args.no_speed:
-            speed(packages, PRESETS[args.preset], args.rounds, args.threads)
+            speed(packages, PRESETS[args.preset], args.rounds, args.forwards, args.threads)
         if not args.no_memory:
             memory(packages, args.threads)
         if args.profile:

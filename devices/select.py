@@ -24,7 +24,8 @@ from .profile import DeviceProfile, load_profiles
 
 logger = logging.getLogger(__name__)
 
-# Approximate bytes per weight of each precision (int4: 4 bits + an fp16 scale per 32-block + zero points).
+# Approximate bytes per weight of each precision (int4: 4 bits + an fp32 scale and a 4-bit zero point per
+# 128-block, with room for the 8-bit LM head).
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5625}
 EXPORT_COMMAND = "unmask export HF_DIR OUT_DIR --precision {precision} --target {target}"
 
@@ -366,6 +367,9 @@ def package_notes(profile: DeviceProfile, manifest: Manifest | None) -> list[str
             f"{precision} runs slowly on {profile.device} ({profile.name} suits {', '.join(profile.package.precisions)}); "
             f"better: `{export_command(profile)}`"
         )
+    elif precision in profile.package.slower:
+        notes.append(f"{precision} runs slower than {profile.package.precision} on this {profile.device}: "
+                     f"{profile.package.slower[precision]}. For speed: `{export_command(profile)}`")
     op = moe_op(manifest)
     if op not in (None, "dense") and op not in profile.moe_ops:
         notes.append(f"the experts of this mixture-of-experts package are com.microsoft {op} nodes, which "

@@ -39,7 +39,7 @@ from unmask.devices.detect import (
     parse_proc_cpuinfo,
     parse_sysctl,
 )
-from unmask.devices.profile import PROFILE_DIR
+from unmask.devices.profile import PROFILE_DIR, profile_from_dict
 from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds
 
 GiB = 1 << 30
@@ -345,6 +345,20 @@ class TestSelectAuto:
         assert p.device == "cpu"
         assert "free on GPU 0 (small GPU)" in p.explanation
         assert any("fp16 runs slowly on cpu" in n for n in p.notes)
+
+    def test_int4_on_x86_is_noted_as_slower_than_int8(self):
+        d = machine()
+        int4 = select(package_manifest("int4", "cpu"), detection=d, probe=FakeProbe())
+        assert int4.device == "cpu"
+        note = next(n for n in int4.notes if "int4 runs slower than int8" in n)
+        assert "MatMulNBits" in note and "--precision int8" in note
+        assert not any("slower" in n for n in select(package_manifest("int8", "cpu"), detection=d,
+                                                    probe=FakeProbe()).notes)
+
+    def test_slower_names_only_known_precisions(self):
+        raw = {"device": "cpu", "provider": "CPUExecutionProvider", "package": {"slower": {"int3": "why"}}}
+        with pytest.raises(ConfigError, match="package.slower"):
+            profile_from_dict(raw, name="bad", source="bad.toml")
 
     def test_threads_default_to_physical_cores(self):
         d = machine(cores=6)
