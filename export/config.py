@@ -42,9 +42,10 @@ TARGET_MOE_OPS = {"cpu": ("MoE", "QMoE"), "cuda": ("MoE",), "dml": (), "coreml":
 # median window step moved only within noise (33.1 against 33.6 ms, interleaved runs): small
 # elementwise nodes are cheap on CPU. Node count matters more on GPUs (one launch per node).
 # int4 MatMulNBits block: at accuracy level 4 (int8 activations, ORT 1.32 on an AVX-512 VNNI EPYC) blocks of
-# 128 ran the 0.13B random LLaDA's forwards 1.3x faster than blocks of 32 (window step 86 against 113 ms,
-# full step 302 against 397 ms, one thread, interleaved; benchmarks/bench_quant.py), since the kernel rescales
-# once per block. With zero points (asymmetric blocks: same speed) a 2-layer d=256 LLaDA trained inside a
+# 128 ran the 0.13B random LLaDA's forwards 1.2-1.3x faster than blocks of 32, since the kernel rescales once
+# per block (2 threads, single forwards in turn: window step 53.7 against 64.0 ms, full step 121.3 against
+# 145.2; dual cache 31.9 against 25.6 tok/s; benchmarks/bench_quant.py); blocks of 256 gained only ~10% more
+# in a lone MatMulNBits. With zero points (asymmetric blocks: same speed) a 2-layer d=256 LLaDA trained in a
 # test lost little: KL to fp32 9.4e-4 against 6.7e-4 for symmetric blocks of 32 (symmetric 128: 1.3e-3).
 DEFAULT_BLOCK_SIZE = 128
 
@@ -92,6 +93,8 @@ class ExportConfig:
             raise ConfigError("rope 'contrib' is an ONNX Runtime contrib kernel CoreML does not run; use ops")
         if not isinstance(self.block_size, int) or self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ConfigError(f"block_size must be a power of two >= 16, got {self.block_size!r}")
+        if not isinstance(self.symmetric, bool):
+            raise ConfigError(f"symmetric must be True or False, got {self.symmetric!r}")
         if self.reference not in (None, "torch"):
             raise ConfigError(f"unknown reference {self.reference!r}; the only reference is 'torch'")
         if self.probe_length < 2:

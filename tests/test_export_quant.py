@@ -125,3 +125,11 @@ def test_int4_block_size_and_zero_points_follow_the_config(trained, fp32_logits,
     agreement = compare(_logits(tmp_path / "pkg", probes), fp32_logits, "fp32")
     max_rms, max_kl = BOUNDS["int4", "cpu"]
     assert agreement.relative_rms_error <= max_rms and agreement.kl_divergence <= max_kl
+
+
+def test_symmetric_must_be_a_bool():
+    from unmask import ConfigError
+    from unmask.export import ExportConfig
+
+    with pytest.raises(ConfigError, match="symmetric must be True or False"):
+        ExportConfig(precision="int4", symmetric="no").resolve()
