@@ -48,15 +48,17 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_cache import gemm_gflops, kind_rates, ort_gemm_gflops
-
 import unmask
-from unmask import op_profile
-from unmask.bench import Generation
-from unmask.export import ExportConfig, export_model
-from unmask.export.testing import make_llada_checkpoint
-from unmask.manifest import read_manifest
 from unmask.stats import peak_rss_bytes
+
+if "--child" not in sys.argv:  # the memory child imports only what a user's process would: unmask
+    from bench_cache import gemm_gflops, kind_rates, ort_gemm_gflops
+
+    from unmask import op_profile
+    from unmask.bench import Generation
+    from unmask.export import ExportConfig, export_model
+    from unmask.export.testing import make_llada_checkpoint
+    from unmask.manifest import read_manifest
 
 PRESETS = {
     # ~134 M parameters: 85 M in 12 layers, 2 x 24.6 M embedding + LM head
