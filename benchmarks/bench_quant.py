@@ -77,10 +77,13 @@ def parse_variant(text: str) -> tuple[str, dict]:
     settings = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        if key not in fields or not value:
-            raise SystemExit(f"variant {text!r}: {pair!r} is not FIELD=VALUE of an ExportConfig field")
+        if key not in fields or not value.lstrip("-").isdigit():
+            raise SystemExit(f"variant {text!r}: {pair!r} is not FIELD=INTEGER of an ExportConfig field")
         settings[key] = bool(int(value)) if "bool" in str(fields[key]) else int(value)
-    ExportConfig(precision=precision, **settings).resolve()  # a bad variant fails before any export
+    try:  # a bad variant fails before any export
+        ExportConfig(precision=precision, **settings).resolve()
+    except unmask.ConfigError as exc:
+        raise SystemExit(f"variant {text!r}: {exc}") from None
     return precision, settings
 
 
@@ -234,8 +237,8 @@ def _high_water_mark() -> int:
 
 def profile(packages: dict[str, Path], threads: int, root: Path) -> None:
     """Operator types' shares of the window steps of one dual-cache generation, per package."""
-    for variant, path in packages.items():
-        model = unmask.load(path, device="cpu", threads=threads, profile_prefix=root / f"profile-{len(variant)}")
+    for i, (variant, path) in enumerate(packages.items()):
+        model = unmask.load(path, device="cpu", threads=threads, profile_prefix=root / f"profile-{i}")
         generate(model, "dual")  # warm-up
         st = generate(model, "dual")
         warmup = Generation(False, st.nfe, 0.0)  # the warm-up's forwards are left out
