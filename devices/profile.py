@@ -64,6 +64,7 @@ class PackageFit:
     target: str = "cpu"  # the export --target for this device
     precisions: tuple[str, ...] = ("fp32",)  # precisions that run well here
     targets: tuple[str, ...] = ("cpu",)  # package targets whose graphs run well here (auto picks by this)
+    slower: dict[str, str] = field(default_factory=dict)  # precision -> why it runs slower here than `precision`
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,8 @@ def _check(p: DeviceProfile, source: str) -> None:
         one_of("package.precisions", value, PRECISIONS)
     for value in p.package.targets:
         one_of("package.targets", value, TARGETS)
+    for value in p.package.slower:
+        one_of("package.slower", value, PRECISIONS)
     for value in p.os:
         one_of("os", value, OS_NAMES)
     for value in p.moe_ops:

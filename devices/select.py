@@ -25,7 +25,8 @@ from .threads import ThreadChoice, choose_threads
 
 logger = logging.getLogger(__name__)
 
-# Approximate bytes per weight of each precision (int4: 4 bits + an fp16 scale per 32-block + zero points).
+# Approximate bytes per weight of each precision (int4: 4 bits + an fp32 scale and a 4-bit zero point per
+# 128-block, with room for the 8-bit LM head).
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5625}
 EXPORT_COMMAND = "unmask export HF_DIR OUT_DIR --precision {precision} --target {target}"
 
@@ -107,12 +108,15 @@ class Placement:
             names = list(external_data)
             buffers = [external_data[n] for n in names]
             so.add_external_initializers_from_files_in_memory(names, buffers, [len(b) for b in buffers])
-        return ort.InferenceSession(
+        session = ort.InferenceSession(
             model if isinstance(model, bytes) else str(model),
             sess_options=so,
             providers=self.provider_names,
             provider_options=self.provider_options,
         )
+        if isinstance(model, bytes):
+            release_model_bytes(session)
+        return session
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,6 +131,20 @@ class Placement:
             "explanation": self.explanation,
             "notes": list(self.notes),
         }
+
+
+def release_model_bytes(session: Any) -> None:
+    """Drop the graph bytes onnxruntime's Python InferenceSession keeps after creating the session.
+
+    It holds them (`_model_bytes`) only to rebuild the session when a provider fails at run time
+    and it falls back to another one; ORT has parsed and copied the weights by then, so the bytes
+    are a second copy of the graph for the session's lifetime (a 0.13B int4 package of 115 MiB:
+    RSS after load 327 MiB kept, 231 MiB released; benchmarks/bench_quant.py). The fallback goes
+    with them: a provider that fails at run time raises instead of re-running on the CPU.
+    """
+    if getattr(session, "_model_bytes", None) is not None:
+        session.disable_fallback()
+        session._model_bytes = None
 
 
 # ---------------------------------------------------------------------- entry point
@@ -364,6 +382,9 @@ def package_notes(profile: DeviceProfile, manifest: Manifest | None) -> list[str
             f"{precision} runs slowly on {profile.device} ({profile.name} suits {', '.join(profile.package.precisions)}); "
             f"better: `{export_command(profile)}`"
         )
+    elif precision in profile.package.slower:
+        notes.append(f"{precision} runs slower than {profile.package.precision} on this {profile.device}: "
+                     f"{profile.package.slower[precision]}. For speed: `{export_command(profile)}`")
     op = moe_op(manifest)
     if op not in (None, "dense") and op not in profile.moe_ops:
         notes.append(f"the experts of this mixture-of-experts package are com.microsoft {op} nodes, which "

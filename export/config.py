@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..manifest import PRECISIONS, TARGETS
 from .attention import ATTENTIONS, check_attention
 
-__all__ = ["ATTENTIONS", "PRECISIONS", "ROPES", "TARGETS", "ExportConfig", "TARGET_MOE_OPS", "TARGET_PRECISIONS"]
+__all__ = ["ATTENTIONS", "DEFAULT_BLOCK_SIZE", "PRECISIONS", "ROPES", "TARGETS", "ExportConfig", "TARGET_MOE_OPS", "TARGET_PRECISIONS"]
 
 ROPES = ("auto", "contrib", "ops")
 
@@ -41,6 +41,14 @@ TARGET_MOE_OPS = {"cpu": ("MoE", "QMoE"), "cuda": ("MoE",), "dml": (), "coreml":
 # ORT profile of the 58m fp32 dual-cache run from ~9% to 2%, but without the profiler the
 # median window step moved only within noise (33.1 against 33.6 ms, interleaved runs): small
 # elementwise nodes are cheap on CPU. Node count matters more on GPUs (one launch per node).
+# int4 MatMulNBits block: at accuracy level 4 (int8 activations, ORT 1.32 on an AVX-512 VNNI EPYC) blocks of
+# 128 ran the 0.13B random LLaDA's forwards 1.2-1.3x faster than blocks of 32, since the kernel rescales once
+# per block (2 threads, single forwards in turn: window step 53.7 against 64.0 ms, full step 121.3 against
+# 145.2; dual cache 31.9 against 25.6 tok/s; benchmarks/bench_quant.py); blocks of 256 gained only ~10% more
+# in a lone MatMulNBits. With zero points (asymmetric blocks: same speed) a 2-layer d=256 LLaDA trained in a
+# test lost little: KL to fp32 9.4e-4 against 6.7e-4 for symmetric blocks of 32 (symmetric 128: 1.3e-3).
+DEFAULT_BLOCK_SIZE = 128
+
 _DEFAULT_ROPE = {"cpu": "contrib", "cuda": "contrib", "dml": "ops", "coreml": "ops"}
 
 
@@ -50,8 +58,9 @@ class ExportConfig:
 
     precision: str = "fp32"  # storage/compute of the transformer's linear layers
     target: str = "cpu"  # execution provider family the graph is shaped for
-    block_size: int = 32  # int4: weights per quantization block along K
+    block_size: int = DEFAULT_BLOCK_SIZE  # int4 layers and the 8-bit LM head: weights per quantization block along K
     accuracy_level: int | None = None  # int4 MatMulNBits compute type; None -> 4 (int8 compute) on CPU, 0 elsewhere
+    symmetric: bool = False  # int4: blocks without zero points (True) or with one zero point per block
     attention: str = "auto"  # attention kernel; auto -> the measured best for the target and model
     rope: str = "auto"  # rotary embedding: contrib (RotaryEmbedding kernel) or ops; auto -> per target
     fuse_projections: bool = True  # one q/k/v product and one gate/up product per layer (bench_cache --no-fuse)
@@ -59,7 +68,10 @@ class ExportConfig:
     reference: str | None = None  # "torch": also compare with the PyTorch reference forward
     force: bool = False  # replace an existing output folder
     quiet: bool = False  # no progress bar / report on stderr
-    external_data_threshold: int = 512 << 20  # graphs with more weight bytes keep them in model.onnx.data
+    # graphs with more weight bytes keep them in model.onnx.data: ORT parses an inline graph's weights into
+    # a protobuf copy before it copies them into tensors, an extra copy at load (0.13B int4 package of 115 MiB:
+    # peak RSS 416 MiB inline, 357 MiB external; benchmarks/bench_quant.py); tiny graphs stay one file
+    external_data_threshold: int = 16 << 20
     probe_length: int = 24  # tokens per probe sequence in validation
 
     def resolve(self) -> "ExportConfig":
@@ -81,6 +93,8 @@ class ExportConfig:
             raise ConfigError("rope 'contrib' is an ONNX Runtime contrib kernel CoreML does not run; use ops")
         if not isinstance(self.block_size, int) or self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ConfigError(f"block_size must be a power of two >= 16, got {self.block_size!r}")
+        if not isinstance(self.symmetric, bool):
+            raise ConfigError(f"symmetric must be True or False, got {self.symmetric!r}")
         if self.reference not in (None, "torch"):
             raise ConfigError(f"unknown reference {self.reference!r}; the only reference is 'torch'")
         if self.probe_length < 2:

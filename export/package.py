@@ -130,6 +130,7 @@ def make_manifest(builder: GraphBuilder, tokenizer, folder: Path, files: list[st
             "int8_weight_max": INT8_WEIGHT_MAX if cfg.precision == "int8" else None,
             "block_size": cfg.block_size if cfg.precision == "int4" else None,
             "accuracy_level": cfg.accuracy_level if cfg.precision == "int4" else None,
+            "symmetric": cfg.symmetric if cfg.precision == "int4" else None,
             **builder.provenance(),
         },
     )

@@ -12,7 +12,8 @@ checkpoint in row chunks) and the nodes that multiply by it:
            stays below it. Measured on such a CPU (tests/test_export_quant.py): 8-bit weights
            KL 2.4e-3 to fp32, 7-bit 1.8e-4; uint8 weights (exact U8U8 kernel) 1.7e-4 but dual
            cache 15 % slower (bench_cache --precision int8)
-    nbits  com.microsoft MatMulNBits, blockwise symmetric, quantized by ORT's own kernels
+    nbits  com.microsoft MatMulNBits, blockwise, quantized by ORT's own kernels; int4 layers in blocks
+           of 128 with zero points by default (ExportConfig.block_size / symmetric say why)
 
 Embedding and LM head stay above the layers' precision in quantized packages: the embedding
 is a lookup (fp16 storage costs memory, not compute), and the LM head's error lands directly
@@ -53,6 +54,7 @@ class WeightFormat:
     bits: int = 0  # NBITS: 4 or 8
     block_size: int = 32
     accuracy_level: int = 0
+    symmetric: bool = True  # NBITS: no zero points (blocks centred on 0)
 
 
 def weight_format(role: Role, config: ExportConfig) -> WeightFormat:
@@ -65,7 +67,8 @@ def weight_format(role: Role, config: ExportConfig) -> WeightFormat:
         return WeightFormat(Kind.NBITS, bits=8, block_size=config.block_size, accuracy_level=config.accuracy_level)
     if config.precision == "int8":
         return WeightFormat(Kind.DYNAMIC_INT8)
-    return WeightFormat(Kind.NBITS, bits=4, block_size=config.block_size, accuracy_level=config.accuracy_level)
+    return WeightFormat(Kind.NBITS, bits=4, block_size=config.block_size, accuracy_level=config.accuracy_level,
+                        symmetric=config.symmetric)
 
 
 # A reader returns rows [start, stop) of a [N, K] float32 weight.
@@ -120,16 +123,18 @@ def _emit_nbits(em, name, x, read, shape, fmt):
     bs = fmt.block_size
     k_blocks = -(-k // bs)
     blob = bs * fmt.bits // 8
+    zp_cols = -(-k_blocks * fmt.bits // 8)  # zero points packed like the weights: two 4-bit values a byte
     writer = em.weight_stream(f"{name}.weight_q{fmt.bits}", "uint8", (n, k_blocks, blob))
     scales = np.empty((n, k_blocks), np.float32)
+    zero_points = np.zeros((n, zp_cols), np.uint8)  # stays unused (all mid-range) when symmetric
     for start, stop in chunks(n, k):
         rows = stop - start
         packed = np.zeros((rows, k_blocks, blob), np.uint8)
-        zero_points = np.zeros((rows, (k_blocks + 1) // 2), np.uint8)  # unused: symmetric
         weight_t = np.ascontiguousarray(read(start, stop).T)  # ORT's kernel takes MatMul's B = W^T [K, N]
-        quantize(packed, weight_t, scales[start:stop], zero_points, bs, rows, k, True)
+        quantize(packed, weight_t, scales[start:stop], zero_points[start:stop], bs, rows, k, fmt.symmetric)
         writer.write(packed)
-    packed_name = em.finish_weight(writer)
-    scale_name = em.weight(f"{name}.weight_scales", scales)
-    return em.make("MatMulNBits", f"{name}/MatMulNBits", [x, packed_name, scale_name], domain="com.microsoft",
+    inputs = [x, em.finish_weight(writer), em.weight(f"{name}.weight_scales", scales)]
+    if not fmt.symmetric:
+        inputs.append(em.weight(f"{name}.weight_zero_points", zero_points))
+    return em.make("MatMulNBits", f"{name}/MatMulNBits", inputs, domain="com.microsoft",
                    K=k, N=n, bits=fmt.bits, block_size=bs, accuracy_level=fmt.accuracy_level)

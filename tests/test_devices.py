@@ -39,7 +39,7 @@ from unmask.devices.detect import (
     parse_proc_cpuinfo,
     parse_sysctl,
 )
-from unmask.devices.profile import PROFILE_DIR
+from unmask.devices.profile import PROFILE_DIR, profile_from_dict
 from unmask.devices.threads import choose_threads
 from unmask.manifest import Dims, GraphFiles, Manifest, SpecialIds
 
@@ -347,6 +347,20 @@ class TestSelectAuto:
         assert "free on GPU 0 (small GPU)" in p.explanation
         assert any("fp16 runs slowly on cpu" in n for n in p.notes)
 
+    def test_int4_on_x86_is_noted_as_slower_than_int8(self):
+        d = machine()
+        int4 = select(package_manifest("int4", "cpu"), detection=d, probe=FakeProbe())
+        assert int4.device == "cpu"
+        note = next(n for n in int4.notes if "int4 runs slower than int8" in n)
+        assert "MatMulNBits" in note and "--precision int8" in note
+        assert not any("slower" in n for n in select(package_manifest("int8", "cpu"), detection=d,
+                                                    probe=FakeProbe()).notes)
+
+    def test_slower_names_only_known_precisions(self):
+        raw = {"device": "cpu", "provider": "CPUExecutionProvider", "package": {"slower": {"int3": "why"}}}
+        with pytest.raises(ConfigError, match="package.slower"):
+            profile_from_dict(raw, name="bad", source="bad.toml")
+
     def test_threads_default_to_physical_cores(self):
         d = machine(cores=6)
         assert select(None, detection=d, probe=FakeProbe()).threads == 6
@@ -435,6 +449,20 @@ class TestRealSession:
         assert so.get_session_config_entry("session.intra_op.allow_spinning") == str(int(placement.spinning))
         stop = placement.profile.session.stop_spinning_after_run
         assert so.get_session_config_entry("session.force_spinning_stop") == str(int(stop))
+
+    def test_session_from_bytes_keeps_no_second_copy_of_the_graph(self, tmp_path):
+        placement = select(None, "cpu")
+        model = _matmul_model()
+        session = placement.create_session(model)
+        # onnxruntime's InferenceSession would keep the bytes for a provider fallback; they are dropped,
+        # and the fallback with them, while the session still runs on the weights it copied
+        assert session._model_bytes is None and session._enable_fallback is False
+        x = np.ones((1, 3), np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], [[1.5, 1.5]])
+        path = tmp_path / "tiny.onnx"
+        path.write_bytes(model)
+        by_path = placement.create_session(path)  # nothing held: ORT read the file itself
+        assert by_path._model_bytes is None and by_path._enable_fallback is True
 
     def test_spinning_policy_reaches_the_session_options(self):
         d = machine(arch="x86_64")

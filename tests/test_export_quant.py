@@ -69,7 +69,8 @@ def fp32_logits(trained, tmp_path_factory):
 
 
 # (precision, target) -> (max relative RMS error, max KL in nats); measured int8 (7-bit weights) 0.012 / 1.8e-4,
-# int4 0.024 / 2.3e-3, fp16 3.6e-4 / 5.7e-7 (top-1 99.6 %, 98.8 %, 100 %): bounds ~3-4x that
+# int4 (blocks of 128, zero points) 0.030 / 1.9e-3, fp16 3.6e-4 / 5.7e-7 (top-1 99.6 %, 98.0 %, 100 %): bounds
+# ~3-4x that (int4 in symmetric blocks of 32: 0.024 / 2.3e-3)
 BOUNDS = {("int8", "cpu"): (0.04, 1e-3), ("int4", "cpu"): (0.08, 1e-2), ("fp16", "cuda"): (2e-3, 1e-5)}
 
 
@@ -90,14 +91,45 @@ def test_int4_uses_matmulnbits_and_keeps_head_at_8_bits(trained, tmp_path):
     import onnx
 
     folder, _, _ = trained
-    export_model(folder, tmp_path / "pkg", precision="int4", quiet=True, validate=False)
+    result = export_model(folder, tmp_path / "pkg", precision="int4", quiet=True, validate=False)
     model = onnx.load(str(tmp_path / "pkg" / "model.onnx"))
-    nbits = {n.name: {a.name: a.i for a in n.attribute} for n in model.graph.node if n.op_type == "MatMulNBits"}
+    nodes = {n.name: n for n in model.graph.node if n.op_type == "MatMulNBits"}
+    nbits = {name: {a.name: a.i for a in n.attribute} for name, n in nodes.items()}
     assert len(nbits) == 2 * 4 + 1  # per layer: fused q/k/v, o, fused gate/up, down
     assert nbits["head/MatMulNBits"]["bits"] == 8
     layer = nbits["layers.0/mlp/gate_up/MatMulNBits"]
-    assert (layer["bits"], layer["block_size"], layer["accuracy_level"]) == (4, 32, 4)
+    # the measured defaults (export/config.py): blocks of 128, int8 activations (accuracy level 4)
+    assert (layer["bits"], layer["block_size"], layer["accuracy_level"]) == (4, 128, 4)
     assert (layer["K"], layer["N"]) == (64, 2 * 96)  # gate and up stacked: one product
     assert (nbits["layers.0/attn/q_k_v/MatMulNBits"]["N"], nbits["layers.0/attn/o/MatMulNBits"]["N"]) == (3 * 64, 64)
+    # int4 layers carry zero points (4th input), the 8-bit head stays symmetric
+    assert len(nodes["layers.0/mlp/gate_up/MatMulNBits"].input) == 4
+    assert len(nodes["head/MatMulNBits"].input) == 3
+    recorded = result.manifest.provenance
+    assert (recorded["block_size"], recorded["accuracy_level"], recorded["symmetric"]) == (128, 4, False)
     embed = next(t for t in model.graph.initializer if t.name == "embed.weight")
     assert embed.data_type == onnx.TensorProto.FLOAT16
+
+
+@pytest.mark.parametrize("block_size, symmetric", [(32, True), (64, False)])
+def test_int4_block_size_and_zero_points_follow_the_config(trained, fp32_logits, tmp_path, block_size, symmetric):
+    import onnx
+
+    folder, probes, _ = trained
+    export_model(folder, tmp_path / "pkg", precision="int4", quiet=True, validate=False, block_size=block_size,
+                 symmetric=symmetric)
+    model = onnx.load(str(tmp_path / "pkg" / "model.onnx"))
+    down = next(n for n in model.graph.node if n.name == "layers.1/mlp/down/MatMulNBits")
+    assert {a.name: a.i for a in down.attribute}["block_size"] == block_size
+    assert len(down.input) == (3 if symmetric else 4)
+    agreement = compare(_logits(tmp_path / "pkg", probes), fp32_logits, "fp32")
+    max_rms, max_kl = BOUNDS["int4", "cpu"]
+    assert agreement.relative_rms_error <= max_rms and agreement.kl_divergence <= max_kl
+
+
+def test_symmetric_must_be_a_bool():
+    from unmask import ConfigError
+    from unmask.export import ExportConfig
+
+    with pytest.raises(ConfigError, match="symmetric must be True or False"):
+        ExportConfig(precision="int4", symmetric="no").resolve()

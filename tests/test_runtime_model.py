@@ -94,6 +94,11 @@ class TestGenerate:
         assert (cfg.gen_length, cfg.block_length, cfg.steps) == (16, 8, None)
         assert model.resolve_config(model.resolve_config(steps=8)) == model.resolve_config(steps=8)
 
+    def test_session_holds_no_copy_of_the_graph_bytes(self, model):
+        # load() hands ORT the hashed bytes; the session must not keep them beside the weights it copied
+        assert model.engine.session._model_bytes is None
+        assert model.generate(prompt_ids=PROMPT, **SETTINGS).stats.nfe > 0
+
     def test_deterministic(self, model):
         a = model.generate(prompt_ids=PROMPT, **SETTINGS)
         b = model.generate(prompt_ids=PROMPT, **SETTINGS)

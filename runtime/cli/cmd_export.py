@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from ..export.config import ATTENTIONS, PRECISIONS, ROPES, TARGETS
+from ..export.config import ATTENTIONS, DEFAULT_BLOCK_SIZE, PRECISIONS, ROPES, TARGETS
 
 
 @click.command("export")
@@ -17,7 +17,8 @@ from ..export.config import ATTENTIONS, PRECISIONS, ROPES, TARGETS
               help="Storage of the transformer's matrices (embedding and LM head stay higher).")
 @click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True,
               help="Execution provider family the graph is shaped for.")
-@click.option("--block-size", type=int, default=32, show_default=True, help="int4: weights per quantization block.")
+@click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True,
+              help="int4: weights per quantization block.")
 @click.option("--attention", type=click.Choice(ATTENTIONS), default="auto", show_default=True,
               help="Attention kernel (auto: the fastest measured for the target).")
 @click.option("--rope", type=click.Choice(ROPES), default="auto", show_default=True,
