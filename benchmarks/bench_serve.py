@@ -2,13 +2,15 @@
 
     python benchmarks/bench_serve.py                 # embedded model, 7 rounds
     python benchmarks/bench_serve.py --runs 15 --threads 2 --subprocess
+    python benchmarks/bench_serve.py --model PACKAGE       # a bigger model: longer generations
 
 For each workload the Python API (`model.generate` for the total, `model.stream` for the
 time to its first text, which the API gives per finished block) and a real `unmask serve`
 on a loopback port (httpx with keep-alive; non-streaming for the total, streaming for the
 time to the first content delta) take turns, one generation each, --runs rounds; every
 cell is the median. Overhead = server total / API total - 1 for the non-streaming
-request. Each row's generation is the same on both sides (same settings, greedy): the
+request, and the same difference in milliseconds (the server's cost per request is about
+fixed, so its share falls as generations grow). Each row's generation is the same on both sides (same settings, greedy): the
 region is all answer (max_tokens = gen_length), so both run the same forward passes; the
 "one block" row lets the server stop once the answer's end is committed, so its passes
 may be fewer. The targets: overhead under 5%, the first delta before the first block ends.
@@ -103,12 +105,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--subprocess", action="store_true", help="run `unmask serve` as its own process")
+    parser.add_argument("--model", default=None, help="package path or store name (default: the embedded model)")
     args = parser.parse_args()
-    model = unmask.load(threads=args.threads)
+    model = unmask.load(args.model, threads=args.threads)
+    label = args.model or "embedded model"
     if args.subprocess:
-        port, process = start_server(model.threads)
+        port, process = start_server(model.threads, args.model)
         try:
-            table(model, f"http://127.0.0.1:{port}", args.runs, "its own process")
+            table(model, label, f"http://127.0.0.1:{port}", args.runs, "its own process")
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -122,20 +126,20 @@ def main() -> None:
     while not server.started:
         time.sleep(0.01)
     try:
-        table(model, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", args.runs,
+        table(model, label, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", args.runs,
               "a thread of this process")
     finally:
         server.should_exit = True
         thread.join(timeout=30)
 
 
-def start_server(threads: int) -> tuple[int, subprocess.Popen]:
+def start_server(threads: int, name: str | None) -> tuple[int, subprocess.Popen]:
     """`unmask serve` in its own process, as a user runs it (its own interpreter, its own GIL)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "unmask", "serve", "--port", str(port), "--threads",
-                               str(threads)], stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "-m", "unmask", "serve", *([name] if name else []), "--port",
+                               str(port), "--threads", str(threads)], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -147,12 +151,12 @@ def start_server(threads: int) -> tuple[int, subprocess.Popen]:
             time.sleep(0.1)
 
 
-def table(model, base: str, runs: int, where: str) -> None:
-    print(f"embedded model, {model.threads} threads, server on {where}, {runs} rounds, medians in ms\n")
-    print("| workload | API total | server total | overhead | API first text | API first block | "
+def table(model, label: str, base: str, runs: int, where: str) -> None:
+    print(f"{label}, {model.threads} threads, server on {where}, {runs} rounds, medians in ms\n")
+    print("| workload | API total | server total | overhead | overhead ms | API first text | API first block | "
           "server first delta | server streamed total | NFE API / server | first delta step / first block's last | "
           "same text |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with httpx.Client(base_url=base, timeout=120) as client:
         for name, settings in WORKLOADS.items():
             api_round(model, settings), server_round(client, settings)  # warm both paths
@@ -163,7 +167,7 @@ def table(model, base: str, runs: int, where: str) -> None:
             a, s = median(api, "total"), median(srv, "total")
             same = all(x["text"] == y["text"] for x, y in zip(api, srv))
             first_step, block_end = steps_to_first_delta(client, settings)
-            print(f"| {name} | {a * 1e3:.1f} | {s * 1e3:.1f} | {(s / a - 1) * 100:+.1f}% | "
+            print(f"| {name} | {a * 1e3:.1f} | {s * 1e3:.1f} | {(s / a - 1) * 100:+.1f}% | {(s - a) * 1e3:+.1f} | "
                   f"{median(api, 'first') * 1e3:.1f} | {median(api, 'first_block') * 1e3:.1f} | "
                   f"{median(srv, 'first') * 1e3:.1f} | {median(srv, 'streamed') * 1e3:.1f} | "
                   f"{api[0]['nfe']} / {srv[0]['nfe']} | {first_step} / {block_end} | {'yes' if same else 'NO'} |")
