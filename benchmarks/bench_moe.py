@@ -89,10 +89,17 @@ def _step_ms(calls: dict, repeats: int) -> dict:
     return {label: statistics.median(t) for label, t in times.items()}
 
 
+def scratch_parent(workdir: str | None) -> str | None:
+    """--workdir, created when missing (the scratch folder goes inside it)."""
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
 def bench_compare(args) -> None:
     from unmask.export import export_model
 
-    work = Path(tempfile.mkdtemp(prefix="unmask-moe-", dir=args.workdir))
+    work = Path(tempfile.mkdtemp(prefix="unmask-moe-", dir=scratch_parent(args.workdir)))
     rows = []
     try:
         models = [("dense", 0, True)] + [(f"moe {e}x", e, False) for e in args.experts]
@@ -127,7 +134,7 @@ def bench_plan(args) -> None:
     that layer x the MoE layers, plus the dense layer, embedding and LM head from their formats."""
     from unmask.export import export_model
 
-    work = Path(tempfile.mkdtemp(prefix="unmask-moe-plan-", dir=args.workdir))
+    work = Path(tempfile.mkdtemp(prefix="unmask-moe-plan-", dir=scratch_parent(args.workdir)))
     try:
         src = _checkpoint(work / "hf", args, args.experts[0], False, layers=1)
         fp32 = sum(f.stat().st_size for f in src.glob("*.safetensors")) * 2  # bf16 on disk
