@@ -58,7 +58,6 @@ def gemm_gflops(n: int = 2048, repeats: int = 5) -> float:
 
 def ort_gemm_gflops(threads: int | None, n: int = 2048, repeats: int = 5) -> float:
     """The same n^3 matmul in ONNX Runtime's CPU provider, B an initializer (prepacked, as weights are)."""
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -157,8 +156,8 @@ def main() -> None:
         load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
         print(f"prompt {PROMPT}, gen_length {GEN}, block_length {BLOCK}, early_stop off, temperature 0; "
               f"fastest of {args.repeat} run(s) per row; {os.cpu_count()} CPUs{load}\n")
-        header = (f"| preset | precision | graph | steps | cache | tok/s | vs none | host share | "
-                  f"full GFLOP/s | refresh GFLOP/s | window GFLOP/s | window % of GEMM |")
+        header = ("| preset | precision | graph | steps | cache | tok/s | vs none | host share | "
+                  "full GFLOP/s | refresh GFLOP/s | window GFLOP/s | window % of GEMM |")
         print(header)
         print("|" + "---|" * (header.count("|") - 1))
         for preset in presets:
