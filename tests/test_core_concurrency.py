@@ -41,7 +41,9 @@ def note(key, exc=None):
 
 def advancer():
     start.wait()
-    for _ in range(400):
+    # Until the decoder is done: a refused call returns at once, so a fixed count of tries could
+    # run out while another thread holds a slow (sanitized, loaded machine) step.
+    for _ in range(10_000_000):
         try:
             if decoder.done:
                 return
