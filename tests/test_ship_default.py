@@ -8,7 +8,7 @@ import unmask
 from unmask import tasks
 from unmask.evaluate import TaskSpec, read_task_spec
 from unmask.manifest import read_manifest
-from training.ship_default import SHIPPED_SOURCE, main, ship
+from training.ship_default import SHIPPED_SOURCE, choose_decoding, main, ship
 from training.train import TrainConfig, train
 
 # Zero training steps: random weights in the real layout and tokenizer, which is all shipping reads.
@@ -25,7 +25,8 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped(checkpoint, tmp_path_factory):
-    return ship(checkpoint, tmp_path_factory.mktemp("shipped") / "default", check=5, min_accuracy=0.0, quiet=True)
+    return ship(checkpoint, tmp_path_factory.mktemp("shipped") / "default", check=5, min_accuracy=0.0,
+                decoding_examples=0, quiet=True)
 
 
 def staging_leftovers(folder):
@@ -47,7 +48,7 @@ class TestShip:
         out = tmp_path / "default"
         out.mkdir()
         (out / "stale.txt").write_text("from an earlier model")
-        ship(checkpoint, out, check=0, quiet=True)
+        ship(checkpoint, out, check=0, decoding_examples=0, quiet=True)
         assert not (out / "stale.txt").exists() and (out / "unmask.json").is_file()
         assert staging_leftovers(out) == []
 
@@ -57,12 +58,59 @@ class TestShip:
     ])
     def test_a_refused_checkpoint_leaves_the_previous_package(self, checkpoint, tmp_path, limits, message):
         out = tmp_path / "default"
-        ship(checkpoint, out, check=0, quiet=True)
+        ship(checkpoint, out, check=0, decoding_examples=0, quiet=True)
         before = {p.name: p.read_bytes() for p in out.iterdir()}
         with pytest.raises(unmask.ModelFormatError, match=message):
-            ship(checkpoint, out, quiet=True, **limits)
+            ship(checkpoint, out, quiet=True, decoding_examples=0, **limits)
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
         assert staging_leftovers(out) == []
+
+
+class FakeMeasure:
+    """Accuracy per threshold and speed per cache, as `measure` reports them; records each call."""
+
+    def __init__(self, accuracy, speed, cache_accuracy=None):
+        self.accuracy, self.speed, self.cache_accuracy, self.calls = accuracy, speed, cache_accuracy or {}, []
+
+    def __call__(self, package, examples, sets, **settings):
+        self.calls.append(settings)
+        threshold, cache = settings["threshold"], settings["cache"]
+        accuracy = self.cache_accuracy.get(cache, self.accuracy[threshold])
+        return {**settings, "accuracy": accuracy, "tokens_per_forward": 1.0, "tokens_per_second": self.speed[cache]}
+
+
+class TestChooseDecoding:
+    SPEED = {"none": 100.0, "prefix": 150.0, "dual": 200.0}
+
+    def test_lowest_threshold_within_one_point_then_the_fastest_cache(self):
+        fake = FakeMeasure({None: 0.90, 0.9: 0.91, 0.8: 0.892, 0.7: 0.88}, self.SPEED)
+        defaults, record = choose_decoding("pkg", measure=fake)
+        assert defaults == {"threshold": 0.8, "cache": "dual"}  # 0.7 loses 2 points: the search stops there
+        assert fake.calls[:4] == [{"threshold": t, "cache": "none"} for t in (None, 0.9, 0.8, 0.7)]
+        assert [c["cache"] for c in fake.calls[4:]] == ["dual", "prefix", "none"]
+        assert record["chosen"] == defaults and len(record["runs"]) == 7 and record["tolerance"] == 0.01
+
+    def test_no_threshold_when_the_first_one_loses_accuracy(self):
+        fake = FakeMeasure({None: 0.95, 0.9: 0.93, 0.8: 0.99, 0.7: 0.99}, self.SPEED)
+        defaults, _ = choose_decoding("pkg", measure=fake)
+        assert defaults == {"threshold": None, "cache": "dual"}
+        assert {"threshold": 0.8, "cache": "none"} not in fake.calls  # stopped at the first loss
+
+    def test_a_cache_that_loses_accuracy_is_not_chosen_however_fast(self):
+        fake = FakeMeasure({None: 0.9, 0.9: 0.9, 0.8: 0.9, 0.7: 0.9}, self.SPEED, cache_accuracy={"dual": 0.5})
+        defaults, _ = choose_decoding("pkg", measure=fake)
+        assert defaults == {"threshold": 0.7, "cache": "prefix"}
+
+    def test_shipping_measures_and_stores_the_choice(self, checkpoint, tmp_path):
+        out = ship(checkpoint, tmp_path / "default", check=0, decoding_examples=2, quiet=True)
+        manifest = read_manifest(out)
+        record = manifest.provenance["decoding_check"]
+        assert record["examples_per_set"] == 2 and record["sets"] == ["split", "phrasing"]
+        runs = record["runs"]
+        assert runs[0]["threshold"] is None and runs[0]["cache"] == "none" and runs[0]["tokens_per_forward"] == 1.0
+        chosen = record["chosen"]
+        assert manifest.generation == {"gen_length": tasks.GEN_LENGTH, **{k: v for k, v in chosen.items() if v}}
+        assert unmask.load(out, threads=1).resolve_config().threshold == chosen["threshold"]
 
 
 class TestMain:
@@ -80,5 +128,5 @@ class TestMain:
 
     def test_writes_where_told(self, checkpoint, tmp_path):
         out = tmp_path / "pkg"
-        assert main([str(checkpoint), "--out", str(out), "--check", "0", "--quiet"]) == 0
+        assert main([str(checkpoint), "--out", str(out), "--check", "0", "--decoding-examples", "0", "--quiet"]) == 0
         assert json.loads((out / "tasks.json").read_text())["gen_length"] == tasks.GEN_LENGTH

@@ -7,7 +7,12 @@ The checkpoint goes through the standard export (int8, CPU, validated against fp
 package's generation defaults become the tasks' generation length in one block (what the
 model was trained on), a tasks.json records the task families for `unmask eval`, and the
 result must fit the size budget and answer at least MIN_ACCURACY of CHECK_EXAMPLES held-out
-examples exactly (its default settings, as `unmask eval` runs it). Everything is staged beside the destination and renamed
+examples exactly (its default settings, as `unmask eval` runs it).
+
+The decoding defaults are measured, not assumed (`choose_decoding`): the lowest confidence
+threshold of THRESHOLDS whose accuracy stays within TOLERANCE of one token per step, then
+the fastest cache mode that keeps it there; what was measured is kept in the manifest's
+provenance (`decoding_check`). Everything is staged beside the destination and renamed
 into place, so an interrupted run leaves the previous model untouched.
 """
 
@@ -31,6 +36,11 @@ MAX_BYTES = 10 * 1000 * 1000  # the wheel carries the model: at most 10 MB for t
 PRECISION = "int8"
 CHECK_EXAMPLES = 50  # held-out examples the shipped package must answer (0: skip the check)
 MIN_ACCURACY = 0.9  # what tests/test_eval.py asserts on the embedded model
+THRESHOLDS = (0.9, 0.8, 0.7)  # candidate default thresholds, most careful first (lower commits more per forward)
+CACHES = ("dual", "prefix", "none")  # cache modes timed for the chosen decoding
+TOLERANCE = 0.01  # a default may lose at most this share of accuracy against one token per step (issue 32)
+DECODING_SETS = ("split", "phrasing")  # held-out sets the choice is measured on (people's wordings too)
+DECODING_EXAMPLES = 100  # examples per set for the choice (0: keep one token per step, no measuring)
 # What `unmask info` names as the origin of the embedded model (the checkpoint folder is scratch).
 SHIPPED_SOURCE = "unmask training/train.py"
 SOURCE_DEFAULT = Path("runtime", "models", "default")  # relative to the checkout's root (unmask/models/default)
@@ -48,6 +58,54 @@ def trained_tasks(checkpoint: str | os.PathLike) -> tuple[tuple[str, ...], int]:
     return families, int(summary.get("gen_length", tasks.GEN_LENGTH))
 
 
+def measure(package: Path, examples: int, sets: tuple[str, ...], **settings) -> dict:
+    """Accuracy and tokens per forward / per second of `package` over `examples` of each held-out set."""
+    from unmask import load
+
+    model = load(package, threads=1)  # one thread: the rate the embedded model runs at (devices/threads.py)
+    reports = [evaluate(model, limit=examples, heldout=name, **settings) for name in sets]
+    correct = sum(r.overall.correct for r in reports)
+    count = sum(r.overall.examples for r in reports)
+    nfe, tokens = sum(r.overall.nfe for r in reports), sum(r.overall.tokens for r in reports)
+    seconds = sum(r.overall.seconds for r in reports)
+    return {**settings, "accuracy": round(correct / count, 4),
+            "tokens_per_forward": round(tokens / nfe, 2), "tokens_per_second": round(tokens / seconds, 1)}
+
+
+def choose_decoding(package: Path, *, examples: int = DECODING_EXAMPLES,
+                    sets: tuple[str, ...] = DECODING_SETS, thresholds: tuple[float, ...] = THRESHOLDS,
+                    caches: tuple[str, ...] = CACHES, tolerance: float = TOLERANCE, measure=measure,
+                    log=lambda line: None) -> tuple[dict, dict]:
+    """(defaults, record): the package's decoding defaults and what they were chosen on.
+
+    Baseline: one token per step (no threshold, steps = gen_length, cache none: the exact
+    decoding). Then the thresholds in order, also without a cache, while accuracy stays within
+    `tolerance` of the baseline (each lower threshold commits more tokens per forward); then, for
+    the decoding kept, every cache mode, and the fastest still within `tolerance` wins."""
+    baseline = measure(package, examples, sets, threshold=None, cache="none")  # steps default to gen_length
+    log(f"one token per step: {baseline}")
+    floor = baseline["accuracy"] - tolerance - 1e-9
+    chosen: dict = {"threshold": None}
+    runs = [baseline]
+    for threshold in thresholds:
+        run = measure(package, examples, sets, threshold=threshold, cache="none")
+        runs.append(run)
+        log(f"threshold {threshold}: {run}")
+        if run["accuracy"] < floor:
+            break
+        chosen = {"threshold": threshold}
+    timed = []
+    for cache in caches:
+        timed.append(measure(package, examples, sets, cache=cache, **chosen))
+        log(f"cache {cache}: {timed[-1]}")
+    runs += timed
+    fastest = max((run for run in timed if run["accuracy"] >= floor), default=baseline,
+                  key=lambda run: run["tokens_per_second"])
+    defaults = {**chosen, "cache": fastest["cache"]}
+    return defaults, {"examples_per_set": examples, "sets": list(sets), "tolerance": tolerance,
+                      "chosen": defaults, "runs": runs}
+
+
 def package_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -55,7 +113,8 @@ def package_bytes(folder: Path) -> int:
 def ship(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
          families: tuple[str, ...] = tasks.FAMILIES, gen_length: int = tasks.GEN_LENGTH,
          precision: str = PRECISION, max_bytes: int = MAX_BYTES, check: int = CHECK_EXAMPLES,
-         min_accuracy: float = MIN_ACCURACY, quiet: bool = False) -> Path:
+         min_accuracy: float = MIN_ACCURACY, decoding_examples: int = DECODING_EXAMPLES,
+         quiet: bool = False) -> Path:
     """Export `checkpoint` into `out` (replacing it atomically); returns `out`."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +129,12 @@ def ship(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
         manifest.provenance = {**manifest.provenance, "source": SHIPPED_SOURCE, "shipped_as": "default"}
         write_manifest(manifest, staged)
         write_task_spec(TaskSpec(tuple(families), gen_length), staged)
+        if decoding_examples:
+            log = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr))
+            defaults, record = choose_decoding(staged, examples=decoding_examples, log=log)
+            manifest.generation = generation_defaults(GenerationConfig(gen_length=gen_length, **defaults))
+            manifest.provenance["decoding_check"] = record
+            write_manifest(manifest, staged)
         size = package_bytes(staged)
         if size > max_bytes:
             raise ModelFormatError(f"the {precision} package is {size:,} bytes, over the {max_bytes:,}-byte budget "
@@ -110,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default=PRECISION, choices=("fp32", "int8", "int4"))
     parser.add_argument("--check", type=int, default=CHECK_EXAMPLES, metavar="N",
                         help=f"held-out examples that must be >= {MIN_ACCURACY * 100:.0f}%% right (0: no check)")
+    parser.add_argument("--decoding-examples", type=int, default=DECODING_EXAMPLES, metavar="N",
+                        help="held-out examples per set that choose the threshold and cache defaults "
+                             "(0: one token per step)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.out == SOURCE_DEFAULT and not Path("runtime", "manifest.py").is_file():
@@ -118,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         families, gen_length = trained_tasks(args.checkpoint)
         ship(args.checkpoint, args.out, families=families, gen_length=gen_length, precision=args.precision,
-             check=args.check, quiet=args.quiet)
+             check=args.check, decoding_examples=args.decoding_examples, quiet=args.quiet)
     except UnmaskError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
