@@ -352,6 +352,9 @@ def train(cfg: TrainConfig) -> dict:
         if time.monotonic() - last_eval >= cfg.eval_every_minutes * 60:
             saved.save_pretrained(out)
             log(f"step {step} checkpoint saved; held-out exact match {_fmt(evaluate(saved, batcher, quick))}")
+            if cfg.data == "people":  # a few of each people set, to watch generalisation during the run
+                sets = people_scores(saved, batcher, max(1, cfg.eval_per_family // 4))
+                log(f"step {step} people sets: " + "; ".join(f"{name} {_fmt(acc)}" for name, acc in sets.items()))
             last_eval = time.monotonic()
 
     saved.save_pretrained(out)
