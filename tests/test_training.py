@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -437,6 +438,26 @@ class TestTrainSmoke:
         assert "init_std is a standard deviation > 0, got 0.0" in err
         assert not out.exists()
         assert resolve_precision("fp32") == "fp32" and resolve_precision("auto") in ("bf16", "fp32")
+
+    def test_init_from_starts_at_the_checkpoints_weights_and_tokenizer(self, tmp_path, capsys):
+        """A second stage: zero steps from a checkpoint write back the same weights (the average
+        starts as a copy) and the same tokenizer, and the architecture comes from the checkpoint."""
+        first = tmp_path / "first"
+        train(TrainConfig(out=str(first), **dict(TINY, max_steps=2)))
+        again = tmp_path / "again"
+        summary = train(TrainConfig(out=str(again), init_from=str(first), **dict(TINY, max_steps=0, d_model=64)))
+        assert summary["train_config"]["d_model"] == 32 and summary["train_config"]["init_from"] == str(first)
+        a, b = CheckpointTensors(first), CheckpointTensors(again)
+        assert set(a.tensors) == set(b.tensors)
+        for name in a.tensors:
+            assert np.array_equal(a.read(name), b.read(name)), name
+        assert (again / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
+        train(TrainConfig(out=str(tmp_path / "more"), init_from=str(first), **TINY))  # and it trains on
+        assert not np.array_equal(CheckpointTensors(tmp_path / "more").read(name), a.read(name))
+        for bad, message in ((tmp_path / "nowhere", "not a checkpoint of this script"),
+                             (again, "is the output folder")):
+            assert main(["--out", str(again), "--overwrite", "--init-from", str(bad), "--max-steps", "0"]) == 2
+            assert message in capsys.readouterr().err
 
     def test_refuses_existing_folder_unless_overwrite(self, tmp_path, capsys):
         out = tmp_path / "model"

@@ -32,6 +32,8 @@ intent, large and made-up slot values, 0-3 earlier turns, and the out-of-domain 
 answered by people.REFUSAL; left at their defaults, the family weights then add ood and the
 generation length grows to people.GEN_LENGTH, and the end of training also scores the
 people sets (phrasing, values, followup, ood). Off by default: the shipped model's recipe.
+`--init-from DIR` starts from a checkpoint this script wrote (its weights, tokenizer and
+architecture) instead of random weights: a second stage of training with a schedule of its own.
 `--compile` runs the forward through torch.compile (same numbers, about 25% faster steps
 here once compiled).
 `--ema-decay` checkpoints an exponential moving average of the weights (torch's
@@ -52,14 +54,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from unmask import people, tasks
 from unmask.manifest import write_text_atomic
-from unmask.export.reference import LladaModel, llada_config, parameter_count
+from unmask.export.reference import LladaModel, llada_config, parameter_count, read_safetensors
 from .batches import Batch, Batcher, data_families, parse_family_weights
 from .tokenizer import save_tokenizer, special_ids, train_tokenizer
 
@@ -126,6 +130,8 @@ class TrainConfig:
     mask_eps: float = 0.1  # t ~ U(eps, 1); 0.1 caps the 1/t loss weight at 10 (at 1e-3 one token can weigh 1000x)
     gen_length: int = tasks.GEN_LENGTH  # with --data people and this default: people.GEN_LENGTH
     data: str = "tasks"  # tasks: unmask.tasks' templates (the shipped recipe) | people: unmask.people (module doc)
+    init_from: str = ""  # a folder this script wrote: start from its weights and tokenizer (a second stage of
+    # training); its architecture (d_model, n_layers, n_heads, mlp_hidden_size, weight_tying) replaces those flags
     # logging / evaluation
     log_every: int = 25  # steps between loss lines
     eval_every_minutes: float = 8.0  # quick held-out exact match + checkpoint
@@ -272,6 +278,32 @@ def heldout_set(per_family: int, seed: int, flag: str) -> list[tasks.Example]:
                          f"use a smaller {flag}") from None
 
 
+class Start(NamedTuple):
+    dims: dict  # the TrainConfig fields of the checkpoint's architecture
+    tokenizer: Tokenizer
+
+
+START_DIMS = {"d_model": "d_model", "n_layers": "n_layers", "n_heads": "n_heads",
+              "mlp_hidden_size": "mlp_hidden_size", "weight_tying": "weight_tying"}  # TrainConfig field: config key
+
+
+def read_start(folder: str, out: str) -> Start:
+    """The architecture and tokenizer of a checkpoint this script wrote, to train further from."""
+    path = Path(folder)
+    if path.resolve() == Path(out).resolve():
+        raise ValueError(f"--init-from {folder} is the output folder; write the next stage somewhere else")
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    except Exception as exc:  # OSError, bad JSON, and the tokenizers library's own Exception
+        raise ValueError(f"--init-from {folder}: not a checkpoint of this script ({exc})") from None
+    missing = [key for key in START_DIMS.values() if key not in config]
+    if config.get("model_type") != "llada" or missing:
+        raise ValueError(f"--init-from {folder}: not a LLaDA checkpoint of this script (config.json lacks "
+                         f"{', '.join(missing) or 'model_type llada'})")
+    return Start({field: config[key] for field, key in START_DIMS.items()}, tokenizer)
+
+
 def train(cfg: TrainConfig) -> dict:
     precision = resolve_precision(cfg.precision)  # bad settings fail before the output folder exists
     cfg = resolve_data(cfg)
@@ -290,15 +322,21 @@ def train(cfg: TrainConfig) -> dict:
     # both evaluation sets are drawn now, so a size the held-out split cannot fill fails before the hour, not after
     quick = heldout_set(cfg.eval_per_family, cfg.seed, "--eval-per-family")
     final = heldout_set(cfg.final_eval_per_family, cfg.seed, "--final-eval-per-family")
+    start = read_start(cfg.init_from, cfg.out) if cfg.init_from else None
+    if start is not None:
+        cfg = replace(cfg, **start.dims)
     out = prepare_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
-    stream = (people.iter_train(cfg.seed) if cfg.data == "people" else tasks.iter_examples("train", cfg.seed))
-    corpus = [tasks.chat_prompt(ex.prompt, ex.history) + ex.answer + tasks.EOT
-              for ex in itertools.islice(stream, cfg.tokenizer_examples)]
-    tokenizer = train_tokenizer(corpus, cfg.vocab_size)
+    if start is not None:
+        tokenizer = start.tokenizer
+    else:
+        stream = (people.iter_train(cfg.seed) if cfg.data == "people" else tasks.iter_examples("train", cfg.seed))
+        corpus = [tasks.chat_prompt(ex.prompt, ex.history) + ex.answer + tasks.EOT
+                  for ex in itertools.islice(stream, cfg.tokenizer_examples)]
+        tokenizer = train_tokenizer(corpus, cfg.vocab_size)
     save_tokenizer(tokenizer, out)
     ids = special_ids(tokenizer)
     model = LladaModel(llada_config(
@@ -307,6 +345,8 @@ def train(cfg: TrainConfig) -> dict:
         mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying, init_std=cfg.init_std,
     ))
     model.hf_config["bos_token_id"] = ids["bos"]
+    if start is not None:
+        model.load_hf_state(read_safetensors(cfg.init_from))
     # the averaged copy is taken before compiling, so it runs (and evaluates) eagerly
     average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay)) if cfg.ema_decay > 0 else None
     saved = average.module if average is not None else model  # what checkpoints hold and evaluations score
