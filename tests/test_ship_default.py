@@ -113,6 +113,17 @@ class TestChooseDecoding:
         assert unmask.load(out, threads=1).resolve_config().threshold == chosen["threshold"]
 
 
+    def test_decoding_only_rewrites_the_defaults_of_a_shipped_package(self, checkpoint, tmp_path):
+        out = ship(checkpoint, tmp_path / "default", check=0, decoding_examples=0, quiet=True)
+        graph = (out / "model.onnx").read_bytes()
+        assert main([str(out), "--decoding-only", "--decoding-examples", "1", "--quiet"]) == 0
+        manifest = read_manifest(out)
+        assert manifest.provenance["decoding_check"]["examples_per_set"] == 1
+        assert manifest.generation["gen_length"] == tasks.GEN_LENGTH and "cache" in manifest.generation
+        assert (out / "model.onnx").read_bytes() == graph and staging_leftovers(out) == []
+        unmask.load(out, threads=1)  # the package still verifies
+
+
 class TestMain:
     def test_default_destination_needs_the_checkout_root(self, checkpoint, tmp_path, monkeypatch, capsys):
         monkeypatch.chdir(tmp_path)

@@ -7,13 +7,16 @@ The checkpoint goes through the standard export (int8, CPU, validated against fp
 package's generation defaults become the tasks' generation length in one block (what the
 model was trained on), a tasks.json records the task families for `unmask eval`, and the
 result must fit the size budget and answer at least MIN_ACCURACY of CHECK_EXAMPLES held-out
-examples exactly (its default settings, as `unmask eval` runs it).
+examples exactly (its default settings, as `unmask eval` runs it). Everything is staged beside
+the destination and renamed into place, so an interrupted run leaves the previous model untouched.
 
 The decoding defaults are measured, not assumed (`choose_decoding`): the lowest confidence
 threshold of THRESHOLDS whose accuracy stays within TOLERANCE of one token per step, then
 the fastest cache mode that keeps it there; what was measured is kept in the manifest's
-provenance (`decoding_check`). Everything is staged beside the destination and renamed
-into place, so an interrupted run leaves the previous model untouched.
+provenance (`decoding_check`). `--decoding-only PKG` measures them again for a package
+already shipped:
+
+    python -m training.ship_default runtime/models/default --decoding-only
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from unmask import people, tasks
 from unmask.config import GenerationConfig
 from unmask.errors import ModelFormatError, UnmaskError
-from unmask.evaluate import TaskSpec, evaluate, write_task_spec
+from unmask.evaluate import TaskSpec, evaluate, read_task_spec, write_task_spec
 from unmask.export import export_model
 from unmask.manifest import generation_defaults, read_manifest, write_manifest
 
@@ -106,6 +109,19 @@ def choose_decoding(package: Path, *, examples: int = DECODING_EXAMPLES,
                       "chosen": defaults, "runs": runs}
 
 
+def set_decoding(package: Path, examples: int = DECODING_EXAMPLES, *, quiet: bool = False) -> dict:
+    """Measure and write the decoding defaults of a package with a tasks.json (choose_decoding);
+    returns them. The manifest is replaced atomically; nothing else changes."""
+    log = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr))
+    spec = read_task_spec(package)
+    defaults, record = choose_decoding(package, examples=examples, log=log)
+    manifest = read_manifest(package)
+    manifest.generation = generation_defaults(GenerationConfig(gen_length=spec.gen_length, **defaults))
+    manifest.provenance = {**manifest.provenance, "decoding_check": record}
+    write_manifest(manifest, package)
+    return defaults
+
+
 def package_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -130,11 +146,7 @@ def ship(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
         write_manifest(manifest, staged)
         write_task_spec(TaskSpec(tuple(families), gen_length), staged)
         if decoding_examples:
-            log = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr))
-            defaults, record = choose_decoding(staged, examples=decoding_examples, log=log)
-            manifest.generation = generation_defaults(GenerationConfig(gen_length=gen_length, **defaults))
-            manifest.provenance["decoding_check"] = record
-            write_manifest(manifest, staged)
+            set_decoding(staged, decoding_examples, quiet=quiet)
         size = package_bytes(staged)
         if size > max_bytes:
             raise ModelFormatError(f"the {precision} package is {size:,} bytes, over the {max_bytes:,}-byte budget "
@@ -178,12 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decoding-examples", type=int, default=DECODING_EXAMPLES, metavar="N",
                         help="held-out examples per set that choose the threshold and cache defaults "
                              "(0: one token per step)")
+    parser.add_argument("--decoding-only", action="store_true",
+                        help="CHECKPOINT is a package already shipped: only measure and rewrite its decoding defaults")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.out == SOURCE_DEFAULT and not Path("runtime", "manifest.py").is_file():
         parser.error(f"{Path.cwd()} is not an unmask checkout (no runtime/manifest.py); "
                      "run from its root or pass --out")
     try:
+        if args.decoding_only:
+            defaults = set_decoding(Path(args.checkpoint), args.decoding_examples or DECODING_EXAMPLES,
+                                    quiet=args.quiet)
+            print(f"{args.checkpoint}: decoding defaults {defaults}", file=sys.stderr)
+            return 0
         families, gen_length = trained_tasks(args.checkpoint)
         ship(args.checkpoint, args.out, families=families, gen_length=gen_length, precision=args.precision,
              check=args.check, decoding_examples=args.decoding_examples, quiet=args.quiet)
