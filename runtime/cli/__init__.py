@@ -41,10 +41,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     \b
     Examples:
-      unmask chat                          # chat with the embedded model
-      unmask generate -p "What is 12+30?"  # one answer, then exit
+      unmask chat                            # chat with the embedded model
+      unmask generate -p "What is 12 + 30?"  # one answer, then exit
       unmask export ./LLaDA-8B ./llada-int4 --precision int4
-      unmask devices                       # what runs where
+      unmask devices                         # what runs where
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..examples import package_skills, skills_line
 from .options import echo_err, generation_options, model_label, open_model, pop_overrides, prepare
 from .render import make_view
 from .repl import ChatLoop, piped_lines, terminal_lines
@@ -17,7 +18,7 @@ Examples:
   unmask chat
   unmask chat ./llada-int4 --threshold 0.9 --gen-length 128 --block-length 32
   unmask chat ./dream-int4 --visual --algorithm entropy --steps 64
-  printf 'Hi\\nWhat is 2+2?\\n' | unmask chat --no-stream
+  printf 'What is 2 + 2?\\n/reset\\nSort 3, 1, 2\\n' | unmask chat --no-stream
 """
 
 
@@ -25,10 +26,12 @@ def banner(model, config) -> list[str]:
     """What a chat starts with: the model, its context, what it can do, how to drive it."""
     m = model.manifest
     can = ["chat template", f"key/value reuse (cache {config.cache})" if model.cache_reuse else "no key/value reuse"]
+    skills = package_skills(model.package.folder)
     return [
         f"unmask chat: {model_label(model)}",
         f"context {m.dims.max_sequence_length} tokens; answers of {config.gen_length} tokens in "
         f"{config.resolved_steps} steps ({config.algorithm}); {', '.join(can)}",
+        *([skills_line(skills)] if skills else []),
         'type /help for commands, """ for a message of several lines; Ctrl-D or Ctrl-C twice leaves',
     ]
 
@@ -45,8 +48,9 @@ def command(model, system, stream, visual, device, threads, verbose, **flags):
     """Chat with a model in the terminal, one turn after another.
 
     MODEL is a package folder made by `unmask export`; without it you chat
-    with the embedded model. Type /help for the slash commands (/reset,
-    /stats, /set KEY VALUE, /system TEXT, /save FILE, /exit). Ctrl-C cancels
+    with the embedded model (/examples shows what it can do). Type /help
+    for the slash commands (/reset, /stats, /set KEY VALUE, /system TEXT,
+    /save FILE, /examples, /exit). Ctrl-C cancels
     the answer being written; Ctrl-D, or Ctrl-C twice at the prompt, leaves.
     A message of several lines goes between \"\"\" lines (\"\"\" opens it, a line
     ending with \"\"\" sends it). With stdin piped, each line is one turn and

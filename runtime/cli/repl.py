@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 from .. import __version__
 from ..config import GenerationConfig
 from ..errors import ConfigError, UnmaskError
+from ..examples import examples_text, package_skills
 from ..manifest import write_text_atomic
 from .options import describe, ineffective, parse_setting
 from .render import BlockView, CanvasView
@@ -35,6 +36,7 @@ FENCE = '"""'
 LEAVE_HINT = "(Ctrl-C again, Ctrl-D or /exit leaves)"
 HELP = """commands:
   /reset              forget the conversation (the system prompt stays)
+  /examples           what the model can do, with ways to ask (models that list them)
   /stats              cost of the last answer: NFE, tokens per forward, tokens/s, time to first block
   /set KEY VALUE      change a generation setting (e.g. /set steps 8, /set threshold none); /set alone lists them
   /system TEXT        set the system prompt (/system alone clears it)
@@ -133,6 +135,7 @@ class ChatLoop:
             "/exit": lambda _: False,
             "/quit": lambda _: False,
             "/help": lambda _: self.say(HELP),
+            "/examples": lambda _: self.say(examples_text(package_skills(self.model.package.folder))),
             "/reset": self.reset,
             "/stats": self.stats,
             "/set": self.set,
@@ -140,7 +143,7 @@ class ChatLoop:
             "/save": self.save,
         }.get(name.lower())
         if handler is None:
-            self.say(f"unknown command {name}; try /reset, /stats, /set, /system, /save, /exit or /help")
+            self.say(f"unknown command {name}; try /reset, /stats, /set, /system, /save, /examples, /exit or /help")
             return True
         try:
             return handler(rest) is not False
