@@ -50,7 +50,7 @@ SKILLS = (
         Example("What is 2 + 2?", "4"),
     )),
     Skill("list", "lists", "sort (numbers or words) and reverse", (
-        Example("Sort 3, 1, 2", "1, 2, 3"),
+        Example("Sort these: 33, 12, 25", "12, 25, 33"),
         Example("Reverse: apple, pear, kiwi", "kiwi, pear, apple"),
         Example("Sort these: pear, apple, kiwi", "apple, kiwi, pear"),
     )),

@@ -155,12 +155,17 @@ class Model:
     def resolve_config(self, config: GenerationConfig | None = None, **overrides: Any) -> GenerationConfig:
         """The finished settings of a generation: validated against this model, cache mode decided.
 
-        Without `config`: GenerationConfig() <- package defaults <- overrides. With `config`: it
-        is taken as complete (package defaults are not applied), then overrides. The result
+        Without `config`: GenerationConfig() <- package defaults <- overrides; a `factor` given
+        replaces the package's default `threshold` and the other way round (one parallel-decoding
+        rule at a time). With `config`: it is taken as complete (package defaults are not
+        applied), then overrides. The result
         passed back as `generate(config=...)` runs exactly as it is.
         """
         if config is None:
             cfg = self.default_config
+            for rule, other in (("threshold", "factor"), ("factor", "threshold")):
+                if overrides.get(rule) is not None and other not in overrides and getattr(cfg, other) is not None:
+                    cfg = cfg.replace(**{other: None})  # the caller's parallel-decoding rule replaces the package's
         elif isinstance(config, GenerationConfig):
             cfg = config
         else:

@@ -10,9 +10,25 @@ from typing import Any, Iterator
 
 import httpx
 
+import unmask
+from unmask.manifest import read_manifest, write_manifest
+from unmask.model import default_package_dir
 from unmask.serve import ServeOptions
 from unmask.serve.app import make_server
 from unmask.serve.metrics import parse
+
+
+def one_token_per_step_model(folder):
+    """The embedded model with one token committed per step as its package default (its shipped
+    default is threshold decoding, a few steps an answer): the queue and cancellation tests need
+    generations of many steps. A copy of the package in `folder` with that manifest."""
+    import shutil
+
+    copy = shutil.copytree(default_package_dir(), folder / "default")  # served under the same name
+    manifest = read_manifest(copy)
+    manifest.generation = {k: v for k, v in manifest.generation.items() if k not in ("threshold", "cache")}
+    write_manifest(manifest, copy)
+    return unmask.load(copy)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from test_chat_template import LLADA_SPECIALS, LLADA_TEMPLATE, char_tokenizer
 from test_runtime_engine import toy_graph, toy_manifest
 
 import unmask
-from unmask.manifest import GraphFiles, sha256_file, write_manifest
+from unmask.manifest import GraphFiles, read_manifest, sha256_file, write_manifest
 
 SETTINGS = dict(gen_length=8, block_length=4, steps=4, early_stop=False)
 
@@ -130,6 +130,31 @@ class TestGenerate:
         a = model.generate(messages=messages, **SETTINGS)
         b = model.generate(prompt_ids=ids, **SETTINGS)
         assert a.token_ids.tolist() == b.token_ids.tolist()
+
+
+class TestPackageParallelRule:
+    """A package whose default is threshold decoding (the embedded model's is) or a factor: the
+    other rule from the caller replaces it; both from the caller is still refused."""
+
+    @staticmethod
+    def package(folder, **rule):
+        _write_toy(folder)
+        manifest = read_manifest(folder)
+        manifest.generation = {**manifest.generation, **rule}
+        write_manifest(manifest, folder)
+        return unmask.load(folder, device="cpu", threads=1)
+
+    def test_the_callers_rule_replaces_the_packages(self, tmp_path):
+        by_threshold = self.package(tmp_path / "t", threshold=0.7)
+        assert by_threshold.resolve_config().threshold == 0.7
+        cfg = by_threshold.resolve_config(factor=0.5)
+        assert (cfg.factor, cfg.threshold) == (0.5, None)
+        assert by_threshold.generate(prompt_ids=PROMPT, factor=0.5).config.factor == 0.5
+        by_factor = self.package(tmp_path / "f", factor=0.5)
+        cfg = by_factor.resolve_config(threshold=0.9)
+        assert (cfg.factor, cfg.threshold) == (None, 0.9)
+        with pytest.raises(unmask.ConfigError, match="set only one"):
+            by_threshold.resolve_config(factor=0.5, threshold=0.9)
 
 
 class TestStream:

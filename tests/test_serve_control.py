@@ -8,9 +8,8 @@ import threading
 import httpx
 import openai
 import pytest
-from serve_helpers import metrics, running, sse_events, wait_for
+from serve_helpers import metrics, one_token_per_step_model, running, sse_events, wait_for
 
-import unmask
 
 TIMER = [{"role": "user", "content": "Set a timer for 5 minutes."}]
 SLOW = {"step_delay_seconds": 0.05}  # 32 steps: about 1.6 s a generation
@@ -18,8 +17,8 @@ LONG = {"gen_length": 32, "block_length": 4}  # commits left to right: deltas co
 
 
 @pytest.fixture(scope="module")
-def model():
-    return unmask.load()
+def model(tmp_path_factory):
+    return one_token_per_step_model(tmp_path_factory.mktemp("serve-control"))
 
 
 class TestQueue:

@@ -76,7 +76,9 @@ class FakeMeasure:
         self.calls.append(settings)
         threshold, cache = settings["threshold"], settings["cache"]
         accuracy = self.cache_accuracy.get(cache, self.accuracy[threshold])
-        return {**settings, "accuracy": accuracy, "tokens_per_forward": 1.0, "tokens_per_second": self.speed[cache]}
+        per_set = accuracy if isinstance(accuracy, dict) else {name: accuracy for name in sets}
+        return {**settings, "accuracy": sum(per_set.values()) / len(per_set), "sets": per_set,
+                "tokens_per_forward": 1.0, "tokens_per_second": self.speed[cache]}
 
 
 class TestChooseDecoding:
@@ -100,6 +102,17 @@ class TestChooseDecoding:
         fake = FakeMeasure({None: 0.9, 0.9: 0.9, 0.8: 0.9, 0.7: 0.9}, self.SPEED, cache_accuracy={"dual": 0.5})
         defaults, _ = choose_decoding("pkg", measure=fake)
         assert defaults == {"threshold": 0.7, "cache": "prefix"}
+
+    def test_a_cache_within_timing_noise_does_not_displace_the_preferred_one(self):
+        fake = FakeMeasure({None: 0.9, 0.9: 0.9, 0.8: 0.9, 0.7: 0.9}, {"dual": 200.0, "prefix": 205.0, "none": 100.0})
+        assert choose_decoding("pkg", measure=fake)[0]["cache"] == "dual"
+
+    def test_every_set_must_keep_its_accuracy(self):
+        """A loss on one set is not averaged away by another set where nothing is right anyway."""
+        fake = FakeMeasure({None: {"split": 0.96, "phrasing": 0.04}, 0.9: {"split": 0.96, "phrasing": 0.04},
+                            0.8: {"split": 0.94, "phrasing": 0.05}, 0.7: {"split": 0.9, "phrasing": 0.1}}, self.SPEED)
+        defaults, _ = choose_decoding("pkg", measure=fake)
+        assert defaults == {"threshold": 0.9, "cache": "dual"}
 
     def test_shipping_measures_and_stores_the_choice(self, checkpoint, tmp_path):
         out = ship(checkpoint, tmp_path / "default", check=0, decoding_examples=2, quiet=True)

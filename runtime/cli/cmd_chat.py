@@ -18,7 +18,7 @@ Examples:
   unmask chat
   unmask chat ./llada-int4 --threshold 0.9 --gen-length 128 --block-length 32
   unmask chat ./dream-int4 --visual --algorithm entropy --steps 64
-  printf 'What is 2 + 2?\\n/reset\\nSort 3, 1, 2\\n' | unmask chat --no-stream
+  printf 'What is 2 + 2?\\n/reset\\nSort these: 33, 12, 25\\n' | unmask chat --no-stream
 """
 
 

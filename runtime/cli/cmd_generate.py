@@ -30,7 +30,7 @@ Examples:
   unmask generate -p "What is 12 + 30?"
   unmask generate ./llada-int4 -p "Write a haiku" --gen-length 64 --threshold 0.9
   unmask generate ./dream-int4 --file prompt.txt --algorithm entropy --steps 32 --json
-  echo "Sort 3, 1, 2" | unmask generate --file - --stream --verbose
+  echo "Sort these: 33, 12, 25" | unmask generate --file - --stream --verbose
 """
 
 
