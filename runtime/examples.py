@@ -95,7 +95,9 @@ def examples_text(skills) -> str:
     lines = []
     for skill in skills:
         lines.append(f"{skill.name}: {skill.covers}")
-        lines += [f"  {ex.prompt!r}" if "\n" in ex.prompt else f"  {ex.prompt}" for ex in skill.examples[:4]]
+        for ex in skill.examples[:4]:  # a prompt of several lines as it is typed in chat: between """ lines
+            lines += [f"  {line}" for line in (['"""', *ex.prompt.splitlines(), '"""'] if "\n" in ex.prompt
+                                               else [ex.prompt])]
     return "\n".join(lines)
 
 

@@ -145,6 +145,15 @@ class TestShippedModel:
             assert f"{skill.name}: {skill.covers}" in result.output
             assert skill.examples[0].prompt.splitlines()[0] in result.output
 
+    def test_a_text_example_typed_as_examples_shows_it(self):
+        """/examples shows a prompt of several lines between triple-quote lines: typed so, it is answered."""
+        example = next(ex for skill in SKILLS for ex in skill.examples if "\n" in ex.prompt)
+        shown = examples_text(SKILLS).splitlines()
+        start = shown.index("  " + example.prompt.splitlines()[0]) - 1
+        typed = [line[2:] for line in shown[start:start + example.prompt.count("\n") + 3]]
+        result = CliRunner().invoke(cli, ["chat", "--no-stream"], input="\n".join(typed) + "\n")
+        assert result.exit_code == 0 and result.stdout.strip() == example.answer, result.output
+
     def test_a_typical_question_commits_several_tokens_per_forward(self, model):
         """Parallel decoding is on by default (issue 32): /stats after a question shows it."""
         result = CliRunner().invoke(cli, ["chat"], input="Set a timer for 5 minutes.\n/stats\n")
