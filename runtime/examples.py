@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+
 class Example(NamedTuple):
     prompt: str
     answer: str

@@ -158,8 +158,8 @@ class Model:
         Without `config`: GenerationConfig() <- package defaults <- overrides; a `factor` given
         replaces the package's default `threshold` and the other way round (one parallel-decoding
         rule at a time). With `config`: it is taken as complete (package defaults are not
-        applied), then overrides. The result
-        passed back as `generate(config=...)` runs exactly as it is.
+        applied), then overrides. The result passed back as `generate(config=...)` runs exactly
+        as it is.
         """
         if config is None:
             cfg = self.default_config

@@ -12,10 +12,9 @@ the destination and renamed into place, so an interrupted run leaves the previou
 
 The decoding defaults are measured, not assumed (`choose_decoding`): the lowest confidence
 threshold of THRESHOLDS whose accuracy stays within TOLERANCE of one token per step on each
-held-out set of DECODING_SETS, then
-the fastest cache mode that keeps it there; what was measured is kept in the manifest's
-provenance (`decoding_check`). `--decoding-only PKG` measures them again for a package
-already shipped:
+held-out set of DECODING_SETS, then the fastest cache mode that keeps it there; what was
+measured is kept in the manifest's provenance (`decoding_check`). `--decoding-only` measures
+them again for a package already shipped:
 
     python -m training.ship_default runtime/models/default --decoding-only
 """
@@ -87,13 +86,13 @@ def choose_decoding(package: Path, *, examples: int = DECODING_EXAMPLES,
 
     Baseline: one token per step (no threshold, steps = gen_length, cache none: the exact
     decoding). Then the thresholds in order, also without a cache, while accuracy stays within
-    `tolerance` of the baseline on each set (each lower threshold commits more tokens per forward); then, for
-    the decoding kept, every cache mode, and the fastest still within `tolerance` wins (by more
-    than CLEARLY_FASTER over the ones before it in `caches`)."""
+    `tolerance` of the baseline on each set (each lower threshold commits more tokens per
+    forward); then, for the decoding kept, every cache mode, and the fastest still within
+    `tolerance` wins (by more than CLEARLY_FASTER over the ones before it in `caches`)."""
     baseline = measure(package, examples, sets, threshold=None, cache="none")  # steps default to gen_length
     log(f"one token per step: {baseline}")
 
-    def keeps_accuracy(run: dict) -> bool:  # on every set: a set where one token per step fails says little
+    def keeps_accuracy(run: dict) -> bool:  # set by set: an average would hide a loss on one of them
         return all(run["sets"][name] >= baseline["sets"][name] - tolerance - 1e-9 for name in sets)
 
     chosen: dict = {"threshold": None}
