@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -22,8 +23,6 @@ def one_token_per_step_model(folder):
     """The embedded model with one token committed per step as its package default (its shipped
     default is threshold decoding, a few steps an answer): the queue and cancellation tests need
     generations of many steps. A copy of the package in `folder` with that manifest."""
-    import shutil
-
     copy = shutil.copytree(default_package_dir(), folder / "default")  # served under the same name
     manifest = read_manifest(copy)
     manifest.generation = {k: v for k, v in manifest.generation.items() if k not in ("threshold", "cache")}

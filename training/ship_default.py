@@ -28,10 +28,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from unmask import people, tasks
+from unmask import load, people, tasks
 from unmask.config import GenerationConfig
 from unmask.errors import ModelFormatError, UnmaskError
-from unmask.evaluate import TaskSpec, evaluate, read_task_spec, write_task_spec
+from unmask.evaluate import TaskSpec, evaluate, read_task_spec, total, write_task_spec
 from unmask.export import export_model
 from unmask.manifest import generation_defaults, read_manifest, write_manifest
 
@@ -63,33 +63,28 @@ def trained_tasks(checkpoint: str | os.PathLike) -> tuple[tuple[str, ...], int]:
     return families, int(summary.get("gen_length", tasks.GEN_LENGTH))
 
 
-def measure(package: Path, examples: int, sets: tuple[str, ...], **settings) -> dict:
-    """Accuracy and tokens per forward / per second of `package` over `examples` of each held-out set."""
-    from unmask import load
-
-    model = load(package, threads=1)  # one thread: the rate the embedded model runs at (devices/threads.py)
+def measure(model, examples: int, sets: tuple[str, ...], **settings) -> dict:
+    """Accuracy and tokens per forward / per second of a loaded `model` over `examples` of each held-out set."""
     reports = [evaluate(model, limit=examples, heldout=name, **settings) for name in sets]
-    correct = sum(r.overall.correct for r in reports)
-    count = sum(r.overall.examples for r in reports)
-    nfe, tokens = sum(r.overall.nfe for r in reports), sum(r.overall.tokens for r in reports)
-    seconds = sum(r.overall.seconds for r in reports)
-    return {**settings, "accuracy": round(correct / count, 4),
-            "sets": {name: round(r.overall.accuracy, 4) for name, r in zip(sets, reports)},
-            "tokens_per_forward": round(tokens / nfe, 2), "tokens_per_second": round(tokens / seconds, 1)}
+    overall = total("overall", [answer for report in reports for answer in report.answers])
+    return {**settings, "accuracy": round(overall.accuracy, 4),
+            "sets": {name: round(report.overall.accuracy, 4) for name, report in zip(sets, reports)},
+            "tokens_per_forward": round(overall.tokens_per_forward, 2),
+            "tokens_per_second": round(overall.tokens_per_second, 1)}
 
 
-def choose_decoding(package: Path, *, examples: int = DECODING_EXAMPLES,
+def choose_decoding(model, *, examples: int = DECODING_EXAMPLES,
                     sets: tuple[str, ...] = DECODING_SETS, thresholds: tuple[float, ...] = THRESHOLDS,
                     caches: tuple[str, ...] = CACHES, tolerance: float = TOLERANCE, measure=measure,
                     log=lambda line: None) -> tuple[dict, dict]:
-    """(defaults, record): the package's decoding defaults and what they were chosen on.
+    """(defaults, record): the decoding defaults of a loaded `model` and what they were chosen on.
 
     Baseline: one token per step (no threshold, steps = gen_length, cache none: the exact
     decoding). Then the thresholds in order, also without a cache, while accuracy stays within
     `tolerance` of the baseline on each set (each lower threshold commits more tokens per
     forward); then, for the decoding kept, every cache mode, and the fastest still within
     `tolerance` wins (by more than CLEARLY_FASTER over the ones before it in `caches`)."""
-    baseline = measure(package, examples, sets, threshold=None, cache="none")  # steps default to gen_length
+    baseline = measure(model, examples, sets, threshold=None, cache="none")  # steps default to gen_length
     log(f"one token per step: {baseline}")
 
     def keeps_accuracy(run: dict) -> bool:  # set by set: an average would hide a loss on one of them
@@ -98,7 +93,7 @@ def choose_decoding(package: Path, *, examples: int = DECODING_EXAMPLES,
     chosen: dict = {"threshold": None}
     runs = [baseline]
     for threshold in thresholds:
-        run = measure(package, examples, sets, threshold=threshold, cache="none")
+        run = measure(model, examples, sets, threshold=threshold, cache="none")
         runs.append(run)
         log(f"threshold {threshold}: {run}")
         if not keeps_accuracy(run):
@@ -106,7 +101,7 @@ def choose_decoding(package: Path, *, examples: int = DECODING_EXAMPLES,
         chosen = {"threshold": threshold}
     timed = []
     for cache in caches:
-        timed.append(measure(package, examples, sets, cache=cache, **chosen))
+        timed.append(measure(model, examples, sets, cache=cache, **chosen))
         log(f"cache {cache}: {timed[-1]}")
     runs += timed
     fastest = None
@@ -124,7 +119,8 @@ def set_decoding(package: Path, examples: int = DECODING_EXAMPLES, *, quiet: boo
     returns them. The manifest is replaced atomically; nothing else changes."""
     log = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr))
     spec = read_task_spec(package)
-    defaults, record = choose_decoding(package, examples=examples, log=log)
+    model = load(package, threads=1)  # one thread: the rate the embedded model runs at (devices/threads.py)
+    defaults, record = choose_decoding(model, examples=examples, log=log)
     manifest = read_manifest(package)
     manifest.generation = generation_defaults(GenerationConfig(gen_length=spec.gen_length, **defaults))
     manifest.provenance = {**manifest.provenance, "decoding_check": record}

@@ -283,8 +283,7 @@ class Start(NamedTuple):
     tokenizer: Tokenizer
 
 
-START_DIMS = {"d_model": "d_model", "n_layers": "n_layers", "n_heads": "n_heads",
-              "mlp_hidden_size": "mlp_hidden_size", "weight_tying": "weight_tying"}  # TrainConfig field: config key
+START_DIMS = ("d_model", "n_layers", "n_heads", "mlp_hidden_size", "weight_tying")  # TrainConfig fields = config keys
 
 
 def read_start(folder: str, out: str) -> Start:
@@ -297,11 +296,11 @@ def read_start(folder: str, out: str) -> Start:
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     except Exception as exc:  # OSError, bad JSON, and the tokenizers library's own Exception
         raise ValueError(f"--init-from {folder}: not a checkpoint of this script ({exc})") from None
-    missing = [key for key in START_DIMS.values() if key not in config]
+    missing = [key for key in START_DIMS if key not in config]
     if config.get("model_type") != "llada" or missing:
         raise ValueError(f"--init-from {folder}: not a LLaDA checkpoint of this script (config.json lacks "
                          f"{', '.join(missing) or 'model_type llada'})")
-    return Start({field: config[key] for field, key in START_DIMS.items()}, tokenizer)
+    return Start({key: config[key] for key in START_DIMS}, tokenizer)
 
 
 def train(cfg: TrainConfig) -> dict:
