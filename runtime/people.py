@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Iterable, Iterator
 
 from . import tasks
-from .people_frames import FRAMES, HELDOUT_OPENERS, OPENERS, Frame
+from .people_frames import FILLERS, FRAMES, HELDOUT_OPENERS, OPENERS, Frame
 from .people_values import article, value
 
 REFUSAL = "Sorry, I can only do tool calls, math, lists, units and texts."  # 28 tokens: fits GEN_LENGTH
@@ -40,6 +40,7 @@ SET_FAMILIES = {"phrasing": tasks.FAMILIES, "values": ("tool_call", "list", "ext
 SET_SEEDS = {"phrasing": 2_000_003, "values": 3_000_017, "followup": 4_000_037, "ood": 5_000_011}
 GEN_LENGTH = 48  # a tool call with a long message or event name takes up to ~40 tokens, past tasks.GEN_LENGTH
 HISTORY_RATE = 0.35  # share of training examples asked after 1-3 earlier turns
+SCRAMBLE_RATE = 0.3  # share of training prompts with a filler word slipped in or their leading verb replaced
 
 # unit: (canonical name the answer uses, spellings people type)
 UNITS = {
@@ -84,9 +85,39 @@ def _noisy(text: str, rng: random.Random) -> str:
     return text
 
 
-def _dress(frame: Frame, rng: random.Random, heldout: bool) -> str:
-    """Opener + frame + closer, with typing noise: the prompt's template before slot filling."""
+# intents whose slots alone say what is asked, so a frame's leading verb may be replaced by a filler; in the
+# others (which list order, which arithmetic operation, which field) the verb is the request
+_VERB_FREE = frozenset(f.text for intent in ("weather", "timer", "message", "calendar", "thermostat", "device",
+                                             "arith", "units", "ood") for f in FRAMES[intent])
+
+
+def _scramble(text: str, rng: random.Random, verb_free: bool) -> str:
+    """A training frame with one or two FILLERS in place of its leading verb (verb_free frames) or
+    slipped in between two fixed words, never next to a slot, so a value's bounds stay clear."""
+    words = text.split(" ")
+    filler = " ".join(rng.choice(FILLERS) for _ in range(rng.randint(1, 2)))
+    slot = [("{" in w) for w in words]
+    if verb_free and not slot[0] and rng.random() < 0.5:
+        words[0] = filler if words[0][:1].islower() else filler.capitalize()
+        return " ".join(words)
+    spots = [i for i in range(len(words) + 1) if not (i > 0 and slot[i - 1]) and not (i < len(words) and slot[i])]
+    if not spots:
+        return text
+    i = rng.choice(spots)
+    if i == 0 and words[0][:1].isupper():  # the filler now starts the sentence
+        words[0], filler = words[0][:1].lower() + words[0][1:], filler.capitalize()
+    if i == len(words) and words[-1][-1:] in ".?!":  # before the final mark, not after it
+        words[-1], filler = words[-1][:-1], filler + words[-1][-1]
+    words.insert(i, filler)
+    return " ".join(words)
+
+
+def _dress(frame: Frame, rng: random.Random, heldout: bool, scramble: bool = False) -> str:
+    """Opener + frame + closer, with typing noise: the prompt's template before slot filling.
+    `scramble` (training draws only) may put FILLERS into the frame first."""
     text = frame.text
+    if scramble and rng.random() < SCRAMBLE_RATE:
+        text = _scramble(text, rng, frame.text in _VERB_FREE)
     openers = OPENERS[frame.mood] + (HELDOUT_OPENERS[frame.mood] if heldout else ())
     opener = rng.choice(openers) if rng.random() < 0.35 else ""
     if opener:
@@ -156,32 +187,33 @@ def _join_items(items: list[str], rng: random.Random) -> str:
 # ---------------------------------------------------------------------- intents
 
 
-def _fill(frame: Frame, rng: random.Random, heldout: bool, **slots) -> str:
-    return _dress(frame, rng, heldout).format(**slots)
+def _fill(frame: Frame, rng: random.Random, heldout: bool, novel: bool, **slots) -> str:
+    """The dressed frame with its slots filled; training draws (neither held out nor novel) may be scrambled."""
+    return _dress(frame, rng, heldout, scramble=not heldout and not novel).format(**slots)
 
 
 def _weather(rng, heldout, novel):
     city, (day, on) = value(rng, "city", novel), _day(rng)
-    text = _fill(_pick(rng, "weather", heldout), rng, heldout, city=city, on=on)
+    text = _fill(_pick(rng, "weather", heldout), rng, heldout, novel, city=city, on=on)
     return tasks.Example("tool_call", text, tasks._tool("get_weather", city=city, day=day))
 
 
 def _timer(rng, heldout, novel):
     shown, minutes = _duration(rng)
-    text = _fill(_pick(rng, "timer", heldout), rng, heldout, dur=shown)
+    text = _fill(_pick(rng, "timer", heldout), rng, heldout, novel, dur=shown)
     return tasks.Example("tool_call", text, tasks._tool("set_timer", minutes=minutes))
 
 
 def _message(rng, heldout, novel):
     name, message = value(rng, "name", novel), value(rng, "message", novel)
-    text = _fill(_pick(rng, "message", heldout), rng, heldout, name=name, text=message)
+    text = _fill(_pick(rng, "message", heldout), rng, heldout, novel, name=name, text=message)
     return tasks.Example("tool_call", text, tasks._tool("send_message", to=name, text=message))
 
 
 def _calendar(rng, heldout, novel):
     event, day = value(rng, "event", novel), rng.choice(tasks.WEEKDAYS)
     shown, time = _clock(rng)
-    text = _fill(_pick(rng, "calendar", heldout), rng, heldout, a=article(event), event=event, day=day, time=shown)
+    text = _fill(_pick(rng, "calendar", heldout), rng, heldout, novel, a=article(event), event=event, day=day, time=shown)
     return tasks.Example("tool_call", text, tasks._tool("create_event", title=event, day=day, time=time))
 
 
@@ -189,10 +221,10 @@ def _home(rng, heldout, novel):
     room = value(rng, "room", novel)
     if rng.random() < 0.3:
         degrees = rng.randint(16, 28)
-        text = _fill(_pick(rng, "thermostat", heldout), rng, heldout, room=room, deg=degrees)
+        text = _fill(_pick(rng, "thermostat", heldout), rng, heldout, novel, room=room, deg=degrees)
         return tasks.Example("tool_call", text, tasks._tool("set_thermostat", room=room, temperature=degrees))
     device, state = rng.choice(tasks.DEVICES), rng.choice(("on", "off"))
-    text = _fill(_pick(rng, "device", heldout), rng, heldout, room=room, device=device, state=state)
+    text = _fill(_pick(rng, "device", heldout), rng, heldout, novel, room=room, device=device, state=state)
     return tasks.Example("tool_call", text, tasks._tool("set_device", device=device, room=room, state=state))
 
 
@@ -211,7 +243,7 @@ def arithmetic(rng: random.Random, heldout: bool = False, novel: bool = False) -
     frame = _pick(rng, f"arith{op}", heldout) if rng.random() < 0.35 else _pick(rng, "arith", heldout)
     symbol = rng.choice(_SYMBOLS[op])
     gap = " " if symbol.isalpha() or rng.random() < 0.5 else ""
-    text = _fill(frame, rng, heldout, expr=f"{a}{gap}{symbol}{gap}{b}", a=a, b=b)
+    text = _fill(frame, rng, heldout, novel, expr=f"{a}{gap}{symbol}{gap}{b}", a=a, b=b)
     return tasks.Example("arithmetic", text, drawn.answer)
 
 
@@ -221,7 +253,7 @@ def list_task(rng: random.Random, heldout: bool = False, novel: bool = False) ->
     key = int if numeric else None
     result = items[::-1] if kind == "reverse" else sorted(items, key=key, reverse=kind == "desc")
     intent = f"list_{kind}_num" if kind == "sort" and numeric else f"list_{kind}"
-    text = _fill(_pick(rng, intent, heldout), rng, heldout, items=_join_items(items, rng))
+    text = _fill(_pick(rng, intent, heldout), rng, heldout, novel, items=_join_items(items, rng))
     return tasks.Example("list", text, ", ".join(result))
 
 
@@ -229,7 +261,7 @@ def units(rng: random.Random, heldout: bool = False, novel: bool = False) -> tas
     big, small, factor = rng.choice(CONVERSIONS)
     n = rng.randint(1, 12 if factor < 100 else 50)
     value_, src, dst, out = (n, big, small, n * factor) if rng.random() < 0.5 else (n * factor, small, big, n)
-    text = _fill(_pick(rng, "units", heldout), rng, heldout, v=value_, src=rng.choice(UNITS[src]),
+    text = _fill(_pick(rng, "units", heldout), rng, heldout, novel, v=value_, src=rng.choice(UNITS[src]),
                  dst=rng.choice(UNITS[dst]))
     return tasks.Example("units", text, f"{out} {dst}")
 
@@ -248,9 +280,11 @@ def extract(rng: random.Random, heldout: bool = False, novel: bool = False) -> t
 def out_of_domain(rng: random.Random, heldout: bool = False, novel: bool = False) -> tasks.Example:
     if rng.random() < 0.25:  # a conversion with no whole-number factor, in the units family's own frames
         src, dst = rng.choice(HELDOUT_UNSUPPORTED if heldout else UNSUPPORTED)
-        text = _fill(_pick(rng, "units", False), rng, heldout, v=rng.randint(1, 50), src=src, dst=dst)
+        text = _fill(_pick(rng, "units", False), rng, heldout, novel, v=rng.randint(1, 50), src=src, dst=dst)
+    elif not heldout and rng.random() < 0.25:  # training only: a few words that ask for nothing the model does
+        text = " ".join(rng.choice(FILLERS) for _ in range(rng.randint(2, 6))).capitalize() + rng.choice(("", "?", "."))
     else:
-        text = _fill(_pick(rng, "ood", heldout), rng, heldout, word=value(rng, "word"), city=value(rng, "city"),
+        text = _fill(_pick(rng, "ood", heldout), rng, heldout, novel, word=value(rng, "word"), city=value(rng, "city"),
                      name=value(rng, "name"))
     return tasks.Example("ood", text, REFUSAL)
 

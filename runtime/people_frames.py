@@ -122,4 +122,27 @@ FRAMES: dict[str, tuple[Frame, ...]] = {
         "Order me a pizza", "Yo what's up", "Is {word} a fruit or a colour?")),
 }
 
-__all__ = ["Frame", "FRAMES", "OPENERS", "HELDOUT_OPENERS"]
+
+def _words(texts) -> set[str]:
+    return {w.strip(".,?!:;\"'()").lower() for text in texts for w in text.split()}
+
+
+_HELDOUT_WORDS = _words([f.text for frames in FRAMES.values() for f in frames if f.heldout]
+                        + [o for openers in HELDOUT_OPENERS.values() for o in openers])
+
+# Words put into training frames at random (people.SCRAMBLE_RATE): a verb replaced or a word slipped in, so
+# the model learns that the slots and a few key words decide the intent, not a frame's exact wording. No word
+# of a held-out frame or opener is among them, so the phrasing set stays unseen; nor a day or time word, which
+# would read as a slot.
+_FILLER_TEXT = """
+do make get go see look find check need want try let keep start run help handle tell show put
+really just maybe quickly actually basically honestly probably definitely also still again right
+alright okay hmm well so anyway yeah sure cool great awesome fine thanks
+thing stuff something quick little real
+friend buddy mate boss dude guys folks assistant computer bot phone app
+umm erm oh ah wow lol btw asap sorry oops hello yes
+whatever somehow kinda sorta totally simply exactly literally seriously hopefully
+"""
+FILLERS = tuple(sorted(_words(_FILLER_TEXT.split()) - _HELDOUT_WORDS))
+
+__all__ = ["Frame", "FRAMES", "OPENERS", "HELDOUT_OPENERS", "FILLERS"]

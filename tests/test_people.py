@@ -119,7 +119,7 @@ class TestAnswers:
             example = people.arithmetic(rng, heldout=rng.random() < 0.5)
             a, b = map(int, re.findall(r"\d+", example.prompt)[:2])
             text = example.prompt.lower()
-            if re.search(r"subtract|take .* away from", text):
+            if re.search(r"subtract|take .* away\b.*\bfrom\b", text):
                 a, b = b, a  # "subtract B from A" names the terms the other way round
             candidates = {a + b, a - b, a * b}
             assert int(example.answer) in candidates, example.prompt
