@@ -7,12 +7,13 @@ training draws; and every answer is the one the question asks for.
 
 import itertools
 import json
+import random
 import re
 
 import pytest
 
 from unmask import people, people_values, tasks
-from unmask.people_frames import FRAMES, HELDOUT_OPENERS
+from unmask.people_frames import FILLERS, FRAMES, HELDOUT_OPENERS, OPENERS
 
 DRAWS = 6000  # training examples the disjointness checks look through
 
@@ -66,6 +67,13 @@ class TestDisjointFromTraining:
         assert all(v[0] in people_values.NOVEL_ONSETS or v in people_values.NOVEL["name"] for v in made)
         assert sum(v not in people_values.NOVEL["name"] for v in made) > 50  # made-up values are drawn too
 
+    def test_no_filler_is_a_word_of_a_heldout_frame_or_opener(self):
+        heldout = " ".join([f.text for frames in FRAMES.values() for f in frames if f.heldout]
+                           + [o for openers in HELDOUT_OPENERS.values() for o in openers]).lower()
+        words = set(re.findall(r"[a-z']+", heldout))
+        assert len(FILLERS) >= 60 and not set(FILLERS) & words
+        assert not set(FILLERS) & {"today", "tomorrow", "tonight", "on", "off", "no"}  # they would read as slots
+
     def test_training_never_asks_a_question_of_the_tasks_heldout_split(self, training):
         assert all(tasks.split_of(ex.prompt) == "train" for ex in training)
         split = {ex.prompt for ex in tasks.make_examples("heldout", 500)}
@@ -81,6 +89,47 @@ def _slot_values(example: tasks.Example) -> set[str]:
     if example.family == "list":
         return {w.lower() for w in example.answer.split(", ") if not w.isdigit()}
     return {example.answer.lower()} if not example.answer.isdigit() and example.answer not in tasks.WEEKDAYS else set()
+
+
+class TestScramble:
+    """Training frames with fillers: the slots and the words around them are untouched."""
+
+    @pytest.mark.parametrize("intent", sorted(FRAMES))
+    def test_fillers_never_touch_a_slot(self, intent):
+        rng = random.Random(intent)
+        changed = draws = 0
+        for frame in (f for f in FRAMES[intent] if not f.heldout):
+            words = frame.text.lower().rstrip(".?!").split(" ")
+            # pairs with a slot; the first word may itself be replaced in a frame whose verb is free
+            neighbours = {(a, b) for a, b in zip(words[1:], words[2:]) if "{" in a + b}
+            neighbours |= {(words[0], words[1])} if len(words) > 1 and "{" in words[0] else set()
+            for _ in range(40):
+                text = people._scramble(frame.text, rng, frame.text in people._VERB_FREE)
+                got = text.lower().rstrip(".?!").split(" ")
+                assert re.findall(r"\{\w+\}", text) == re.findall(r"\{\w+\}", frame.text), text
+                assert neighbours <= set(zip(got, got[1:])), (frame.text, text)
+                assert len(got) - len(words) in (0, 1, 2) and all(w in FILLERS or w in words for w in got), text
+                changed += text.lower() != frame.text.lower()
+                draws += 1
+        assert changed > 0.5 * draws  # unchanged: a filler equal to the verb it replaced, or a frame of slots alone
+
+    def test_only_frames_whose_slots_say_the_request_lose_their_verb(self):
+        for intent in ("list_sort", "list_reverse", "list_desc", "arith+", "arith-", "arith*", "ask_name", "context"):
+            assert not any(f.text in people._VERB_FREE for f in FRAMES[intent]), intent
+        rng = random.Random(1)
+        reversed_ = [people._scramble("Reverse {items}", rng, False) for _ in range(50)]
+        assert all(re.search(r"\breverse {items}", t.lower()) for t in reversed_), reversed_
+
+    def test_a_share_of_training_prompts_carries_fillers_and_sets_do_not(self, training):
+        elsewhere = [f.text for frames in FRAMES.values() for f in frames] + list(OPENERS["do"] + OPENERS["ask"])
+        elsewhere += [*people_values.TRAIN["message"], *people_values.NOVEL["message"], "thanks"]
+        fillers = set(FILLERS) - set(re.findall(r"[a-z']+", " ".join(elsewhere).lower()))
+        def has(ex):
+            return bool(fillers & set(re.findall(r"[a-z']+", ex.prompt.lower())))
+        share = sum(map(has, training)) / len(training)
+        assert 0.08 < share < 0.4, share
+        for name in ("phrasing", "values"):
+            assert not any(map(has, people.make_set(name, 200))), name
 
 
 class TestSets:
