@@ -497,6 +497,21 @@ class TestPeopleData:
         with pytest.raises(ValueError, match="unknown data"):
             resolve_data(TrainConfig(out="unused", data="web"))
 
+    def test_people_data_mixes_in_the_tasks_own_templates_by_name(self):
+        from unmask import people
+
+        assert parse_family_weights("list=1,tasks.list=0.5", "people") == {"list": 1.0, "tasks.list": 0.5}
+        with pytest.raises(ValueError, match="bad family weight 'tasks.list=1'"):
+            parse_family_weights("tasks.list=1")  # --data tasks draws them under their own names
+        tok = train_tokenizer([tasks.chat_prompt(ex.prompt) + ex.answer for ex in
+                               itertools.islice(people.iter_train(0), 500)], 500)
+        cfg = resolve_data(TrainConfig(out="unused", data="people", family_weights="tasks.list=1,ood=1"))
+        examples = Batcher(tok, cfg).draw(300)
+        templates = {ex.prompt for ex in tasks.make_examples("train", 2000, families=["list"])}
+        lists = [ex for ex in examples if ex.family == "list"]
+        assert 100 < len(lists) < 200 and all(not ex.history and tasks.split_of(ex.prompt) == "train" for ex in lists)
+        assert sum(ex.prompt in templates for ex in lists) > 0.3 * len(lists)  # the tasks' own wordings
+
     def test_few_people_steps_score_each_people_set(self, tmp_path):
         from unmask import people
 

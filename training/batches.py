@@ -109,9 +109,16 @@ def data_families(data: str) -> tuple[str, ...]:
 DATA = {"tasks": tasks.FAMILIES, "people": people.FAMILIES}
 
 
+TASKS_PREFIX = "tasks."  # with --data people, "tasks.list=0.3" draws unmask.tasks' own list templates too
+
+
 def parse_family_weights(spec: str, data: str = "tasks") -> dict[str, float]:
-    """"tool_call=1,arithmetic=3" -> {family: weight}; families left out are not drawn."""
+    """"tool_call=1,arithmetic=3" -> {family: weight}; families left out are not drawn. With
+    --data people a family may also be TASKS_PREFIX + a tasks family: the templates the first
+    stage was trained on, mixed in so a second stage keeps them."""
     families = (*data_families(data), *TRAINING_ONLY)
+    if data == "people":
+        families += tuple(TASKS_PREFIX + f for f in tasks.FAMILIES)
     weights: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         family, sep, value = item.partition("=")
@@ -132,6 +139,8 @@ def parse_family_weights(spec: str, data: str = "tasks") -> dict[str, float]:
 
 def data_stream(data: str, family: str, seed: int) -> Iterator[tasks.Example]:
     """Training examples of one family from a --data source (train split / training side only)."""
+    if family.startswith(TASKS_PREFIX):
+        return tasks.iter_examples("train", seed, [family.removeprefix(TASKS_PREFIX)])
     if data == "people":
         return people.iter_train(seed, [family])
     return tasks.iter_examples("train", seed, [family])

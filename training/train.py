@@ -32,6 +32,8 @@ intent, large and made-up slot values, 0-3 earlier turns, and the out-of-domain 
 answered by people.REFUSAL; left at their defaults, the family weights then add ood and the
 generation length grows to people.GEN_LENGTH, and the end of training also scores the
 people sets (phrasing, values, followup, ood). Off by default: the shipped model's recipe.
+With --data people, a family weight "tasks.FAMILY=W" also draws unmask.tasks' own templates of
+FAMILY, so a second stage on people data keeps what the first learned on them.
 `--init-from DIR` starts from a checkpoint this script wrote (its weights, tokenizer and
 architecture) instead of random weights: a second stage of training with a schedule of its own.
 `--compile` runs the forward through torch.compile (same numbers, about 25% faster steps
