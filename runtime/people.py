@@ -4,7 +4,10 @@ out-of-domain family, conversations, and the held-out sets that measure generali
 A prompt is composed per intent: a frame (many verbs and orders), an opener or closer
 (politeness, fillers), typing noise on the frame's own words (lowercase start, missing or
 extra punctuation, "whats", "pls", "min", "12+30" without spaces) and slot values from
-unmask.people_values (large lists and made-up values). Answers are the tasks' answers
+unmask.people_values (large lists and made-up values). Training draws alone may also get
+filler words (people_frames.FILLERS) in place of a leading verb or between fixed words, and some
+training ood prompts are fillers alone, so the model reads the intent from the slots and a few
+key words rather than from a frame's exact wording. Answers are the tasks' answers
 (JSON tool calls, numbers, lists, "5000 m"); questions out of the domain, and unit pairs
 with no whole-number factor such as km and miles, get REFUSAL.
 

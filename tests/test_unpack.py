@@ -42,6 +42,16 @@ def test_fp32_package_gives_back_the_exact_weights(tmp_path, tied):
     assert read_start(str(tmp_path / "back"), str(tmp_path / "next")).dims["d_model"] == 32
 
 
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_a_tied_head_stays_tied_though_stored_apart(tmp_path, precision):
+    src = make_llada_checkpoint(tmp_path / "src", weight_tying=True, seed=6)
+    export_model(src, tmp_path / "pkg", precision, quiet=True, validate=False)
+    assert any(k.startswith("head.weight_q") for k in initializers(tmp_path / "pkg"))  # 8-bit blocks of its own
+    unpack(tmp_path / "pkg", tmp_path / "back")
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["weight_tying"] is True
+    assert "model.transformer.ff_out.weight" not in tensors(tmp_path / "back")
+
+
 def test_int8_weights_quantize_back_to_the_same_bytes(tmp_path, source):
     export_model(source, tmp_path / "int8", "int8", quiet=True, validate=False)
     unpack(tmp_path / "int8", tmp_path / "back")
@@ -58,17 +68,27 @@ def test_int8_weights_quantize_back_to_the_same_bytes(tmp_path, source):
         assert np.all(np.abs(got[name] - want[name]) <= step / 2 + 1e-7), name
 
 
-def test_int4_blocks_come_back_within_their_rounding(tmp_path, source):
-    export_model(source, tmp_path / "int4", "int4", quiet=True, validate=False, block_size=16)
+@pytest.mark.parametrize("block, symmetric", [(16, False), (32, True)])
+def test_int4_blocks_come_back_within_their_rounding(tmp_path, source, block, symmetric):
+    # blocks of 32 do not divide the MLP's 48 inputs: the down projection's last block is padded
+    export_model(source, tmp_path / "int4", "int4", quiet=True, validate=False, block_size=block, symmetric=symmetric)
+    assert any(k.endswith("weight_zero_points") for k in initializers(tmp_path / "int4")) is not symmetric
     unpack(tmp_path / "int4", tmp_path / "back")
     want, got = tensors(source), tensors(tmp_path / "back")
     for name in ("model.transformer.blocks.0.q_proj.weight", "model.transformer.blocks.1.ff_out.weight",
-                 "model.transformer.ff_out.weight"):
-        blocks = want[name].reshape(want[name].shape[0], -1, 16)
-        step = (blocks.max(axis=2) - np.minimum(blocks.min(axis=2), 0)) / 15  # the widest 4-bit step of a block
-        error = np.abs(got[name] - want[name]).reshape(blocks.shape)
-        assert np.all(error <= step[..., None] * 0.51 + 1e-6), name
-        assert np.abs(got[name] - want[name]).mean() < 0.1 * np.abs(want[name]).mean(), name
+                 "model.transformer.blocks.0.up_proj.weight"):
+        w = want[name]
+        padded = np.pad(w, ((0, 0), (0, -w.shape[1] % block)))
+        blocks = padded.reshape(w.shape[0], -1, block)
+        # a block's 4-bit step: its range (with 0) over 15 with zero points, half a step of rounding; symmetric,
+        # ORT maps the largest magnitude to -8, so the other sign's extreme clips at +7: up to a whole step
+        if symmetric:
+            step, bound = np.abs(blocks).max(axis=2) / 8, 1.01
+        else:
+            step, bound = (np.maximum(blocks.max(axis=2), 0) - np.minimum(blocks.min(axis=2), 0)) / 15, 0.51
+        error = np.abs(got[name] - w)
+        assert np.all(error <= np.repeat(step, block, axis=1)[:, : w.shape[1]] * bound + 1e-6), name
+        assert error.mean() < 0.1 * np.abs(w).mean(), name
 
 
 def test_refusals_name_the_problem(tmp_path, source, capsys):
@@ -78,8 +98,13 @@ def test_refusals_name_the_problem(tmp_path, source, capsys):
     (tmp_path / "taken").mkdir()
     with pytest.raises(UnpackError, match="exists; name a new folder"):
         unpack(tmp_path / "pkg", tmp_path / "taken")
+    with pytest.raises(UnpackError, match="is not a folder"):
+        unpack(tmp_path / "pkg", tmp_path / "no" / "such")
     manifest = json.loads((tmp_path / "pkg" / "unmask.json").read_text())
     (tmp_path / "pkg" / "unmask.json").write_text(json.dumps(manifest | {"architecture": "dream"}))
     assert main([str(tmp_path / "pkg"), str(tmp_path / "y")]) == 2
     assert "only LLaDA packages unpack" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    export_model(source, tmp_path / "unfused", "fp32", quiet=True, validate=False, fuse_projections=False)
+    with pytest.raises(UnpackError, match="without fused projections"):
+        unpack(tmp_path / "unfused", tmp_path / "z")

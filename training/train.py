@@ -283,9 +283,12 @@ def heldout_set(per_family: int, seed: int, flag: str) -> list[tasks.Example]:
 class Start(NamedTuple):
     dims: dict  # the TrainConfig fields of the checkpoint's architecture
     tokenizer: Tokenizer
+    rope_theta: float  # config keys a fresh model takes from ROPE_THETA / MAX_SEQUENCE_LENGTH
+    max_sequence_length: int
 
 
 START_DIMS = ("d_model", "n_layers", "n_heads", "mlp_hidden_size", "weight_tying")  # TrainConfig fields = config keys
+ROPE_THETA, MAX_SEQUENCE_LENGTH = 10000.0, 512  # of a model trained from scratch
 
 
 def read_start(folder: str, out: str) -> Start:
@@ -302,7 +305,8 @@ def read_start(folder: str, out: str) -> Start:
     if config.get("model_type") != "llada" or missing:
         raise ValueError(f"--init-from {folder}: not a LLaDA checkpoint of this script (config.json lacks "
                          f"{', '.join(missing) or 'model_type llada'})")
-    return Start({key: config[key] for key in START_DIMS}, tokenizer)
+    return Start({key: config[key] for key in START_DIMS}, tokenizer, float(config.get("rope_theta", ROPE_THETA)),
+                 int(config.get("max_sequence_length", MAX_SEQUENCE_LENGTH)))
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -342,7 +346,9 @@ def train(cfg: TrainConfig) -> dict:
     ids = special_ids(tokenizer)
     model = LladaModel(llada_config(
         vocab_size=tokenizer.get_vocab_size(), d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-        mlp_hidden_size=cfg.mlp_hidden_size, max_sequence_length=512, rope_theta=10000.0,
+        mlp_hidden_size=cfg.mlp_hidden_size,
+        max_sequence_length=start.max_sequence_length if start else MAX_SEQUENCE_LENGTH,
+        rope_theta=start.rope_theta if start else ROPE_THETA,
         mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying, init_std=cfg.init_std,
     ))
     model.hf_config["bos_token_id"] = ids["bos"]

@@ -30,7 +30,7 @@ from onnx import numpy_helper
 from tokenizers import Tokenizer
 
 from unmask.export.reference import LladaModel, llada_config
-from .tokenizer import save_tokenizer, special_ids
+from .tokenizer import save_tokenizer
 
 
 class UnpackError(ValueError):
@@ -74,31 +74,53 @@ def unpack(package: str | Path, out: str | Path) -> Path:
         raise UnpackError(f"{package}: architecture {manifest.get('architecture')!r}; only LLaDA packages unpack")
     if out.exists():
         raise UnpackError(f"{out} exists; name a new folder")
-    dims = manifest["dims"]
+    try:
+        dims, ids, graph_file, tokenizer_file = (manifest["dims"], manifest["special_ids"],
+                                                 manifest["graph"]["file"], manifest["tokenizer"])
+    except (KeyError, TypeError) as exc:
+        raise UnpackError(f"{package}: unmask.json lacks {exc}; is it a package of this unmask?") from None
     d, layers, heads, kv_heads = dims["hidden_size"], dims["num_layers"], dims["num_heads"], dims["num_kv_heads"]
     if kv_heads != heads:
         raise UnpackError(f"{package}: {kv_heads} key/value heads for {heads} query heads; LLaDA checkpoints "
                           "of the trainer have one per head")
-    graph = onnx.load(str(package / manifest["graph"]["file"]), load_external_data=True)
+    if not out.parent.is_dir():
+        raise UnpackError(f"{out.parent} is not a folder; create it first or name another OUT")
+    graph = onnx.load(str(package / graph_file), load_external_data=True)
     weights = {t.name: numpy_helper.to_array(t) for t in graph.graph.initializer}
-    tokenizer = Tokenizer.from_file(str(package / manifest["tokenizer"]))
+    tokenizer = Tokenizer.from_file(str(package / tokenizer_file))
+    needed = ["rope.inv_freq", "embed.weight", "model.transformer.ln_f.weight"]
+    needed += [f"model.transformer.blocks.{i}.{n}_norm.weight" for i in range(layers) for n in ("attn", "ff")]
+    missing = [name for name in needed if name not in weights]
+    if missing:
+        raise UnpackError(f"{package}: the graph lacks {missing[0]} (and {len(missing) - 1} more); only packages "
+                          "of unmask's LLaDA export unpack")
+    if any(name.endswith(".bias") for name in weights):
+        raise UnpackError(f"{package}: its projections have biases, which the trainer's LLaDA model has not")
+    if not any(name.startswith("layers.0/mlp/gate_up.") for name in weights):
+        raise UnpackError(f"{package}: exported without fused projections (fuse_projections); export it again "
+                          "with the default settings")
 
     mlp = _linear(weights, "layers.0/mlp/gate_up", d).shape[0] // 2
-    inv_freq = weights["rope.inv_freq"].astype(np.float64)  # theta ** (-2i / head_dim)
-    theta = float(np.round(inv_freq[1] ** (-dims["head_dim"] / 2.0)))
-    ids = special_ids(tokenizer)
-    head_tied = "head.weight" not in weights and not any(k.startswith("head.weight_") for k in weights)
+    # inv_freq[i] = theta ** (-2i / head_dim): the last entry carries theta with the least rounding
+    inv_freq, hd = weights["rope.inv_freq"].astype(np.float64), dims["head_dim"]
+    theta = float(np.round(inv_freq[-1] ** (-hd / (hd - 2.0))))
+    embed = weights["embed.weight"].astype(np.float32)
+    head = None
+    if any(name.startswith("head.weight") for name in weights):
+        head = _linear(weights, "head", d)
+        # a tied checkpoint's head is the embedding again, stored in the head's own (8-bit) format in int8/int4
+        if np.linalg.norm(head - embed) <= 0.02 * np.linalg.norm(embed):
+            head = None
     model = LladaModel(llada_config(
         vocab_size=dims["vocab_size"], d_model=d, n_layers=layers, n_heads=heads, mlp_hidden_size=mlp,
-        max_sequence_length=dims["max_sequence_length"], rope_theta=theta, mask_token_id=ids["mask"],
-        eos_token_id=ids["eos"], weight_tying=head_tied))
-    model.hf_config["bos_token_id"] = ids["bos"]
+        max_sequence_length=dims["max_sequence_length"], rope_theta=theta, mask_token_id=ids["mask_id"],
+        eos_token_id=ids["eos_id"], pad_token_id=ids.get("pad_id"), weight_tying=head is None))
+    model.hf_config["bos_token_id"] = ids.get("bos_id")
 
     t = "model.transformer"
-    state = {f"{t}.wte.weight": weights["embed.weight"].astype(np.float32),
-             f"{t}.ln_f.weight": weights[f"{t}.ln_f.weight"]}
-    if not head_tied:
-        state[f"{t}.ff_out.weight"] = _linear(weights, "head", d)
+    state = {f"{t}.wte.weight": embed, f"{t}.ln_f.weight": weights[f"{t}.ln_f.weight"]}
+    if head is not None:
+        state[f"{t}.ff_out.weight"] = head
     for i in range(layers):
         b = f"{t}.blocks.{i}"
         q, k, v = np.split(_linear(weights, f"layers.{i}/attn/q_k_v", d), [d, 2 * d])
@@ -127,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         unpack(args.package, args.out)
-    except (UnpackError, KeyError) as exc:
+    except UnpackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}: continue with python -m training.train --init-from {args.out} --out NEXT ...")
