@@ -1,15 +1,18 @@
 """training.unpack: a LLaDA package back into a checkpoint the trainer continues from."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from tokenizers import Tokenizer
 
 from unmask.export import export_model
 from unmask.export.reference import read_safetensors
 from unmask.export.testing import make_llada_checkpoint
+from unmask.model import DEFAULT_MODEL
 from training.train import read_start
 from training.unpack import UnpackError, main, unpack
 
@@ -108,3 +111,21 @@ def test_refusals_name_the_problem(tmp_path, source, capsys):
     export_model(source, tmp_path / "unfused", "fp32", quiet=True, validate=False, fuse_projections=False)
     with pytest.raises(UnpackError, match="without fused projections"):
         unpack(tmp_path / "unfused", tmp_path / "z")
+
+
+def test_the_shipped_model_is_a_start_for_a_second_stage(tmp_path):
+    """The recipe's first step: the embedded package unpacks, re-exports to the same int8 layer bytes, and
+    is a start the trainer takes, with the package's tokenizer, architecture and rope settings."""
+    import unmask
+
+    shipped = Path(unmask.__file__).parent.joinpath(*DEFAULT_MODEL)
+    unpack(shipped, tmp_path / "start")
+    export_model(tmp_path / "start", tmp_path / "again", "int8", quiet=True, validate=False)
+    first, second = initializers(shipped), initializers(tmp_path / "again")
+    for name in (k for k in first if k.endswith("weight_quantized")):
+        np.testing.assert_array_equal(second[name], first[name], err_msg=name)
+    start = read_start(str(tmp_path / "start"), str(tmp_path / "next"))
+    dims = json.loads((shipped / "unmask.json").read_text())["dims"]
+    assert start.dims["d_model"] == dims["hidden_size"] and start.dims["n_layers"] == dims["num_layers"]
+    assert (start.rope_theta, start.max_sequence_length) == (10000.0, 512)
+    assert start.tokenizer.to_str() == Tokenizer.from_file(str(shipped / "tokenizer.json")).to_str()
