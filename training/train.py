@@ -327,16 +327,16 @@ def train(cfg: TrainConfig) -> dict:
     # both evaluation sets are drawn now, so a size the held-out split cannot fill fails before the hour, not after
     quick = heldout_set(cfg.eval_per_family, cfg.seed, "--eval-per-family")
     final = heldout_set(cfg.final_eval_per_family, cfg.seed, "--final-eval-per-family")
-    start = read_start(cfg.init_from, cfg.out) if cfg.init_from else None
-    if start is not None:
-        cfg = replace(cfg, **start.dims)
+    init = read_start(cfg.init_from, cfg.out) if cfg.init_from else None
+    if init is not None:
+        cfg = replace(cfg, **init.dims)
     out = prepare_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
-    if start is not None:
-        tokenizer = start.tokenizer
+    if init is not None:
+        tokenizer = init.tokenizer
     else:
         stream = (people.iter_train(cfg.seed) if cfg.data == "people" else tasks.iter_examples("train", cfg.seed))
         corpus = [tasks.chat_prompt(ex.prompt, ex.history) + ex.answer + tasks.EOT
@@ -347,12 +347,12 @@ def train(cfg: TrainConfig) -> dict:
     model = LladaModel(llada_config(
         vocab_size=tokenizer.get_vocab_size(), d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         mlp_hidden_size=cfg.mlp_hidden_size,
-        max_sequence_length=start.max_sequence_length if start else MAX_SEQUENCE_LENGTH,
-        rope_theta=start.rope_theta if start else ROPE_THETA,
+        max_sequence_length=init.max_sequence_length if init else MAX_SEQUENCE_LENGTH,
+        rope_theta=init.rope_theta if init else ROPE_THETA,
         mask_token_id=ids["mask"], eos_token_id=ids["eos"], weight_tying=cfg.weight_tying, init_std=cfg.init_std,
     ))
     model.hf_config["bos_token_id"] = ids["bos"]
-    if start is not None:
+    if init is not None:
         model.load_hf_state(read_safetensors(cfg.init_from))
     # the averaged copy is taken before compiling, so it runs (and evaluates) eagerly
     average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay)) if cfg.ema_decay > 0 else None
