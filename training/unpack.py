@@ -37,6 +37,13 @@ class UnpackError(ValueError):
     pass
 
 
+def _codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """MatMulNBits codes along the last axis: 4-bit values are two a byte, the low nibble first."""
+    if bits == 8:
+        return packed
+    return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+
+
 def _linear(weights: dict[str, np.ndarray], name: str, k: int) -> np.ndarray:
     """The fp32 [N, k] weight of linear `name` in whichever form the exporter stored it."""
     if f"{name}.weight" in weights:  # fp32 / fp16 Gemm with transB: already [N, K]
@@ -47,17 +54,10 @@ def _linear(weights: dict[str, np.ndarray], name: str, k: int) -> np.ndarray:
     for bits in (4, 8):
         if f"{name}.weight_q{bits}" in weights:  # MatMulNBits: [N, blocks, bytes] + scales [N, blocks]
             packed, scales = weights[f"{name}.weight_q{bits}"], weights[f"{name}.weight_scales"]
-            if bits == 4:  # two values a byte, the low nibble first
-                q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:2], -1)
-            else:
-                q = packed
             zero = np.full(scales.shape, 1 << (bits - 1), np.float32)
-            if f"{name}.weight_zero_points" in weights:
-                zp = weights[f"{name}.weight_zero_points"]
-                if bits == 4:
-                    zp = np.stack([zp & 0x0F, zp >> 4], axis=-1).reshape(zp.shape[0], -1)
-                zero = zp[:, : scales.shape[1]].astype(np.float32)
-            w = (q.astype(np.float32) - zero[..., None]) * scales[..., None]
+            if f"{name}.weight_zero_points" in weights:  # packed like the codes, one row of blocks a row
+                zero = _codes(weights[f"{name}.weight_zero_points"], bits)[:, : scales.shape[1]].astype(np.float32)
+            w = (_codes(packed, bits).astype(np.float32) - zero[..., None]) * scales[..., None]
             return w.reshape(w.shape[0], -1)[:, :k]  # the last block is padded when it does not divide k
     raise UnpackError(f"the package has no weight for {name!r} in a form this tool reads "
                       "(fp32, dynamic int8 or MatMulNBits)")
