@@ -33,7 +33,7 @@ from typing import Iterable, Iterator
 
 from . import tasks
 from .people_frames import FILLERS, FRAMES, HELDOUT_OPENERS, OPENERS, Frame
-from .people_values import article, value
+from .people_values import TRAIN_ONSETS, article, made_up, value
 
 REFUSAL = "Sorry, I can only do tool calls, math, lists, units and texts."  # 28 tokens: fits GEN_LENGTH
 FAMILIES = (*tasks.FAMILIES, "ood")
@@ -58,6 +58,14 @@ CONVERSIONS = (*tasks.CONVERSIONS, ("weeks", "days", 7))
 UNSUPPORTED = (("km", "miles"), ("miles", "km"), ("lbs", "kg"), ("kg", "pounds"), ("F", "C"), ("celsius", "fahrenheit"),
                ("inches", "cm"), ("cm", "inches"), ("mph", "km/h"))
 HELDOUT_UNSUPPORTED = (("gallons", "liters"), ("ounces", "grams"), ("yards", "meters"), ("stone", "kg"))
+# training only: more units it does not know (none whole-number related to one it does, none held out) ...
+FOREIGN_UNITS = ("cups", "pints", "quarts", "teaspoons", "tablespoons", "acres", "hectares", "pounds", "nautical miles",
+                 "furlongs", "bushels", "carats", "light years", "knots", "barrels", "calories", "joules", "watts",
+                 "volts", "pixels", "bytes")
+# ... and the dimension of each unit it does know: a pair across two dimensions ("5 kg in meters") has no answer
+DIMENSIONS = {"km": "length", "m": "length", "cm": "length", "ft": "length", "in": "length", "kg": "mass",
+              "g": "mass", "L": "volume", "mL": "volume", "hours": "time", "minutes": "time", "seconds": "time",
+              "days": "time", "weeks": "time"}
 
 
 # ---------------------------------------------------------------------- typing noise
@@ -163,14 +171,14 @@ def _clock(rng: random.Random) -> tuple[str, str]:
     return rng.choice(forms), time
 
 
-def _items(rng: random.Random, novel: bool) -> tuple[list[str], bool]:
+def _items(rng: random.Random, novel: bool, training: bool) -> tuple[list[str], bool]:
     numeric = not novel and rng.random() < 0.55  # a novel-values list is made of words: numbers are not values
     n = rng.randint(3, 6)
     if numeric:
         return [str(x) for x in rng.sample(range(100), n)], True
     words: list[str] = []
     while len(words) < n:
-        word = value(rng, "word", novel)
+        word = value(rng, "word", novel, training)
         if word not in words:
             words.append(word)
     return words, False
@@ -196,7 +204,7 @@ def _fill(frame: Frame, rng: random.Random, heldout: bool, novel: bool, **slots)
 
 
 def _weather(rng, heldout, novel):
-    city, (day, on) = value(rng, "city", novel), _day(rng)
+    city, (day, on) = value(rng, "city", novel, not heldout), _day(rng)
     text = _fill(_pick(rng, "weather", heldout), rng, heldout, novel, city=city, on=on)
     return tasks.Example("tool_call", text, tasks._tool("get_weather", city=city, day=day))
 
@@ -208,20 +216,20 @@ def _timer(rng, heldout, novel):
 
 
 def _message(rng, heldout, novel):
-    name, message = value(rng, "name", novel), value(rng, "message", novel)
+    name, message = value(rng, "name", novel, not heldout), value(rng, "message", novel, not heldout)
     text = _fill(_pick(rng, "message", heldout), rng, heldout, novel, name=name, text=message)
     return tasks.Example("tool_call", text, tasks._tool("send_message", to=name, text=message))
 
 
 def _calendar(rng, heldout, novel):
-    event, day = value(rng, "event", novel), rng.choice(tasks.WEEKDAYS)
+    event, day = value(rng, "event", novel, not heldout), rng.choice(tasks.WEEKDAYS)
     shown, time = _clock(rng)
     text = _fill(_pick(rng, "calendar", heldout), rng, heldout, novel, a=article(event), event=event, day=day, time=shown)
     return tasks.Example("tool_call", text, tasks._tool("create_event", title=event, day=day, time=time))
 
 
 def _home(rng, heldout, novel):
-    room = value(rng, "room", novel)
+    room = value(rng, "room", novel, not heldout)
     if rng.random() < 0.3:
         degrees = rng.randint(16, 28)
         text = _fill(_pick(rng, "thermostat", heldout), rng, heldout, novel, room=room, deg=degrees)
@@ -251,7 +259,7 @@ def arithmetic(rng: random.Random, heldout: bool = False, novel: bool = False) -
 
 
 def list_task(rng: random.Random, heldout: bool = False, novel: bool = False) -> tasks.Example:
-    items, numeric = _items(rng, novel)
+    items, numeric = _items(rng, novel, not heldout)
     kind = rng.choice(("sort", "sort", "reverse", "desc") if numeric else ("sort", "reverse"))
     key = int if numeric else None
     result = items[::-1] if kind == "reverse" else sorted(items, key=key, reverse=kind == "desc")
@@ -270,7 +278,7 @@ def units(rng: random.Random, heldout: bool = False, novel: bool = False) -> tas
 
 
 def extract(rng: random.Random, heldout: bool = False, novel: bool = False) -> tasks.Example:
-    name, city, day = value(rng, "name", novel), value(rng, "city", novel), rng.choice(tasks.WEEKDAYS)
+    name, city, day = value(rng, "name", novel, not heldout), value(rng, "city", novel, not heldout), rng.choice(tasks.WEEKDAYS)
     order, price = rng.randint(1000, 9999), rng.randint(5, 500)
     context = _pick(rng, "context", heldout).text.format(name=name, city=city, day=day, order=order, price=price)
     field = rng.choice(("name", "city") if novel else ("name", "city", "day", "order", "price"))  # novel: copy one
@@ -280,15 +288,30 @@ def extract(rng: random.Random, heldout: bool = False, novel: bool = False) -> t
     return tasks.Example("extract", layout.format(c=context, q=question), answer)
 
 
+def _unsupported_pair(rng: random.Random) -> tuple[str, str]:
+    """A training pair of units the model must refuse: one of UNSUPPORTED, a unit it does not know (a real one
+    or a made-up word) beside one it does, or two it knows of different dimensions."""
+    kind = rng.random()
+    if kind < 0.3:
+        return rng.choice(UNSUPPORTED)
+    known = rng.choice(list(DIMENSIONS))
+    if kind < 0.8:
+        foreign = rng.choice(FOREIGN_UNITS) if kind < 0.6 else made_up(rng, TRAIN_ONSETS).lower() + "s"
+        pair = (foreign, rng.choice(UNITS[known]))
+        return pair if rng.random() < 0.5 else pair[::-1]
+    other = rng.choice([u for u in DIMENSIONS if DIMENSIONS[u] != DIMENSIONS[known]])
+    return rng.choice(UNITS[known]), rng.choice(UNITS[other])
+
+
 def out_of_domain(rng: random.Random, heldout: bool = False, novel: bool = False) -> tasks.Example:
     if rng.random() < 0.25:  # a conversion with no whole-number factor, in the units family's own frames
-        src, dst = rng.choice(HELDOUT_UNSUPPORTED if heldout else UNSUPPORTED)
+        src, dst = rng.choice(HELDOUT_UNSUPPORTED) if heldout else _unsupported_pair(rng)
         text = _fill(_pick(rng, "units", False), rng, heldout, novel, v=rng.randint(1, 50), src=src, dst=dst)
     elif not heldout and rng.random() < 0.25:  # training only: a few words that ask for nothing the model does
         text = " ".join(rng.choice(FILLERS) for _ in range(rng.randint(2, 6))).capitalize() + rng.choice(("", "?", "."))
     else:
-        text = _fill(_pick(rng, "ood", heldout), rng, heldout, novel, word=value(rng, "word"), city=value(rng, "city"),
-                     name=value(rng, "name"))
+        text = _fill(_pick(rng, "ood", heldout), rng, heldout, novel, word=value(rng, "word", training=not heldout),
+                     city=value(rng, "city", training=not heldout), name=value(rng, "name", training=not heldout))
     return tasks.Example("ood", text, REFUSAL)
 
 

@@ -62,7 +62,10 @@ NOVEL = {"city": _NOVEL_CITIES, "name": _NOVEL_NAMES, "room": _NOVEL_ROOMS, "eve
          "message": _NOVEL_MESSAGES, "word": _NOVEL_WORDS}
 # kinds that also get made-up values (a made-up message or event would not read as one)
 MADE_UP_KINDS = ("city", "name", "word")
-MADE_UP_RATE = 0.3  # share of draws of those kinds that are made up
+MADE_UP_RATE = 0.3  # share of novel draws of those kinds that are made up (the "values" set)
+TRAIN_MADE_UP_RATE = 0.45  # share of training draws that are made up, half of them by made_up_rich: the
+# model must copy what it reads, and the novel set's real names ("Kasimir", "Harriet") are spelt with letters
+# and endings the plain syllables never have
 
 TRAIN_ONSETS = "BDFGHKLMNPRST"
 NOVEL_ONSETS = "VZJQ"
@@ -79,18 +82,36 @@ def made_up(rng: random.Random, onsets: str) -> str:
     return "".join(syllables)
 
 
+_RICH_ONSETS = ("b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "ch",
+                "cl", "dr", "fr", "gr", "kr", "pl", "pr", "sh", "st", "th", "tr")
+_RICH_VOWELS = ("a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "ia", "ie", "io", "oa", "ou")
+_RICH_ENDINGS = ("", "", "", "n", "r", "l", "s", "x", "t", "th", "ck", "nd", "rt", "ss", "tte", "ne", "rd", "sh")
+
+
+def made_up_rich(rng: random.Random, onsets: str) -> str:
+    """A made-up word with the clusters and endings real names have ("Thessix", "Broumiel"):
+    1-2 syllables after a first letter from `onsets`. Training draws only."""
+    word = rng.choice(onsets) + rng.choice(_RICH_VOWELS)
+    for _ in range(rng.randint(0, 1)):
+        word += rng.choice(_RICH_ONSETS) + rng.choice(_RICH_VOWELS)
+    word += rng.choice(_RICH_ENDINGS)
+    return word if len(word) >= 3 else word + rng.choice("nrls")
+
+
 def _taken(value: str, lists: dict[str, tuple[str, ...]]) -> bool:
     low = value.lower()
     return any(low == item.lower() for pool in lists.values() for item in pool)
 
 
-def value(rng: random.Random, kind: str, novel: bool = False) -> str:
+def value(rng: random.Random, kind: str, novel: bool = False, training: bool = False) -> str:
     """One slot value of `kind` (city, name, room, event, message, word) from the training side,
-    or (novel) from the side never drawn in training."""
+    or (novel) from the side never drawn in training. `training` marks a draw for a training
+    prompt (not a held-out set's): made-up values come more often and richer (TRAIN_MADE_UP_RATE)."""
     pool, onsets, other = (NOVEL[kind], NOVEL_ONSETS, TRAIN) if novel else (TRAIN[kind], TRAIN_ONSETS, NOVEL)
-    if kind in MADE_UP_KINDS and rng.random() < MADE_UP_RATE:
+    training = training and not novel
+    if kind in MADE_UP_KINDS and rng.random() < (TRAIN_MADE_UP_RATE if training else MADE_UP_RATE):
         while True:
-            word = made_up(rng, onsets)
+            word = made_up_rich(rng, onsets) if training and rng.random() < 0.5 else made_up(rng, onsets)
             word = word if kind != "word" else word.lower()
             if not _taken(word, other):
                 return word
@@ -101,4 +122,4 @@ def article(noun: str) -> str:
     return "an" if noun[0].lower() in "aeiou" else "a"
 
 
-__all__ = ["TRAIN", "NOVEL", "TRAIN_ONSETS", "NOVEL_ONSETS", "made_up", "value", "article"]
+__all__ = ["TRAIN", "NOVEL", "TRAIN_ONSETS", "NOVEL_ONSETS", "made_up", "made_up_rich", "value", "article"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import torch
 
-from unmask import people, tasks
+from unmask import people, people_values, tasks
 
 from .tokenizer import special_ids
 
@@ -39,6 +39,24 @@ def copy_example(rng: random.Random) -> tasks.Example:
     text = separator.join(items)[:COPY_MAX_CHARS].strip()
     prompt = rng.choice(("Repeat: {}", "Say exactly: {}", "Copy this: {}", "Repeat after me: {}")).format(text)
     return tasks.Example("copy", prompt, text)
+
+
+def copy_values_example(rng: random.Random) -> tasks.Example:
+    """Training-only family "copy_values": repeat one to four people-typed slot values exactly, half
+    of them made up (unmask.people_values, training side only), the way a tool call or an extraction
+    must carry a name it has never seen. Never evaluated."""
+    kinds = ("name", "city", "word", "room", "event", "message")
+    separator = rng.choice((", ", " "))
+    items: list[str] = []
+    for _ in range(rng.randint(1, 4)):
+        item = people_values.value(rng, rng.choice(kinds), training=True)
+        if items and len(separator.join(items + [item])) > COPY_MAX_CHARS:
+            break
+        items.append(item)
+    text = separator.join(items)
+    prompt = rng.choice(("Repeat: {}", "Say exactly: {}", "Copy this: {}", "Repeat after me: {}",
+                         'Write "{}"')).format(text)
+    return tasks.Example("copy_values", prompt, text)
 
 
 def _short_operand(rng: random.Random) -> int:
@@ -88,7 +106,7 @@ differences_example = _arithmetic_drill(
     "differences", ops="-", doc="""Training-only family "differences": the arithmetic family's differences.""")
 
 # extra families --family-weights may draw
-TRAINING_ONLY = {"copy": copy_example, "arith_short": short_arithmetic_example, "sums": sums_example,
+TRAINING_ONLY = {"copy": copy_example, "copy_values": copy_values_example, "arith_short": short_arithmetic_example, "sums": sums_example,
                  "products": products_example, "differences": differences_example}
 
 
