@@ -211,6 +211,36 @@ class TestAnswers:
         assert all(ex.answer == people.REFUSAL for ex in refusals)
         assert not any("miles" in f"{a} {b}" for a, b, _ in people.CONVERSIONS)
 
+    def test_units_refused_in_training_have_no_answer_the_model_gives(self):
+        """Training ood conversions name a unit the units family never answers in, or two of different kinds:
+        never a pair people.units converts (that would teach refusing a question it must answer)."""
+        rng = __import__("random").Random(9)
+        spelling = {s: unit for unit, spellings in people.UNITS.items() for s in spellings}
+        supported = {(a, b) for a, b, _ in people.CONVERSIONS} | {(b, a) for a, b, _ in people.CONVERSIONS}
+        pairs = [people._unsupported_pair(rng) for _ in range(2000)]
+        heldout_units = {u for pair in people.HELDOUT_UNSUPPORTED for u in pair} - set(spelling)  # gallons, ...
+        kinds = {"foreign": 0, "across": 0}
+        for src, dst in pairs:
+            assert (spelling.get(src), spelling.get(dst)) not in supported, (src, dst)
+            assert not {src, dst} & heldout_units, (src, dst)
+            if (src, dst) in people.UNSUPPORTED:  # no whole-number factor ("inches" to "cm" too)
+                continue
+            if src in spelling and dst in spelling:
+                kinds["across"] += 1
+                assert people.DIMENSIONS[spelling[src]] != people.DIMENSIONS[spelling[dst]], (src, dst)
+            else:
+                kinds["foreign"] += 1
+        assert min(kinds.values()) > 200, kinds
+
+    def test_training_values_are_made_up_more_often_than_the_sets(self):
+        rng = __import__("random").Random(10)
+        names = people_values.TRAIN["name"]
+        training = [people_values.value(rng, "name", training=True) for _ in range(3000)]
+        held = [people_values.value(rng, "name") for _ in range(3000)]
+        made = lambda draws: sum(v not in names for v in draws) / len(draws)
+        assert 0.40 < made(training) < 0.50 and 0.25 < made(held) < 0.35
+        assert all(v in names or v[0] in people_values.TRAIN_ONSETS for v in training)
+
     def test_slot_values_are_copied_verbatim(self):
         rng = __import__("random").Random(8)
         for _ in range(300):

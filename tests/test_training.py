@@ -3,6 +3,7 @@
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -168,6 +169,26 @@ class TestBatches:
             assert len(batcher.region(ex.answer)) == tasks.GEN_LENGTH  # raises if it did not fit
         assert len({ex.answer for ex in copies}) > 0.9 * len(copies)
         assert {"Paris", "Anna"} & {item for ex in copies for item in ex.answer.replace(",", " ").split()}
+
+    def test_copy_values_drill_repeats_training_side_values_exactly(self):
+        """The training-only "copy_values" family repeats people-typed values, about half of them
+        made up, never a value of the novel set, and always fits the people region."""
+        from unmask import people, people_values
+
+        corpus = [tasks.chat_prompt(ex.prompt, ex.history) + ex.answer + tasks.EOT
+                  for ex in itertools.islice(people.iter_train(0), 2000)]
+        tok = train_tokenizer(corpus, 600)
+        batcher = Batcher(tok, resolve_data(TrainConfig(out="unused", data="people", family_weights="copy_values=1")))
+        copies = batcher.draw(2000)
+        assert {ex.family for ex in copies} == {"copy_values"} and "copy_values" not in people.FAMILIES
+        novel = {v.lower() for values in people_values.NOVEL.values() for v in values}
+        known = {w for values in people_values.TRAIN.values() for v in values for w in v.lower().split()}
+        for ex in copies:
+            assert ex.answer and ex.prompt.rstrip('"').endswith(ex.answer)
+            assert len(batcher.region(ex.answer)) == people.GEN_LENGTH  # raises if it did not fit
+            assert not any(re.search(rf"\b{re.escape(v)}\b", ex.answer.lower()) for v in novel), ex.answer
+        made_up = [ex for ex in copies if set(ex.answer.lower().replace(",", " ").split()) - known]
+        assert len({ex.answer for ex in copies}) > 0.75 * len(copies) and len(made_up) > 0.3 * len(copies)
 
     @staticmethod
     def _arithmetic_drill(tokenizer, family: str):
