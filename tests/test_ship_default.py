@@ -126,9 +126,10 @@ class TestChooseDecoding:
         assert unmask.load(out, threads=1).resolve_config().threshold == chosen["threshold"]
 
 
-    def test_decoding_only_rewrites_the_defaults_of_a_shipped_package(self, checkpoint, tmp_path):
+    def test_decoding_only_rewrites_the_defaults_of_a_shipped_package(self, checkpoint, tmp_path, monkeypatch):
         out = ship(checkpoint, tmp_path / "default", check=0, decoding_examples=0, quiet=True)
         graph = (out / "model.onnx").read_bytes()
+        monkeypatch.chdir(tmp_path)  # outside a checkout: --decoding-only writes nothing to the default --out
         assert main([str(out), "--decoding-only", "--decoding-examples", "1", "--quiet"]) == 0
         manifest = read_manifest(out)
         assert manifest.provenance["decoding_check"]["examples_per_set"] == 1

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="CHECKPOINT is a package already shipped: only measure and rewrite its decoding defaults")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    if args.out == SOURCE_DEFAULT and not Path("runtime", "manifest.py").is_file():
+    if args.out == SOURCE_DEFAULT and not args.decoding_only and not Path("runtime", "manifest.py").is_file():
+        # --decoding-only rewrites CHECKPOINT (a package) in place and writes nothing to --out
         parser.error(f"{Path.cwd()} is not an unmask checkout (no runtime/manifest.py); "
                      "run from its root or pass --out")
     try:
