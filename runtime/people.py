@@ -58,7 +58,7 @@ CONVERSIONS = (*tasks.CONVERSIONS, ("weeks", "days", 7))
 UNSUPPORTED = (("km", "miles"), ("miles", "km"), ("lbs", "kg"), ("kg", "pounds"), ("F", "C"), ("celsius", "fahrenheit"),
                ("inches", "cm"), ("cm", "inches"), ("mph", "km/h"))
 HELDOUT_UNSUPPORTED = (("gallons", "liters"), ("ounces", "grams"), ("yards", "meters"), ("stone", "kg"))
-# training only: more units it does not know (none whole-number related to one it does, none held out) ...
+# training only: more units it never converts (none of them a held-out one) ...
 FOREIGN_UNITS = ("cups", "pints", "quarts", "teaspoons", "tablespoons", "acres", "hectares", "pounds", "nautical miles",
                  "furlongs", "bushels", "carats", "light years", "knots", "barrels", "calories", "joules", "watts",
                  "volts", "pixels", "bytes")

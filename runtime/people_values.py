@@ -89,7 +89,7 @@ _RICH_ENDINGS = ("", "", "", "n", "r", "l", "s", "x", "t", "th", "ck", "nd", "rt
 
 
 def made_up_rich(rng: random.Random, onsets: str) -> str:
-    """A made-up word with the clusters and endings real names have ("Thessix", "Broumiel"):
+    """A made-up word with the clusters and endings real names have ("Nechard", "Siodriatte"):
     1-2 syllables after a first letter from `onsets`. Training draws only."""
     word = rng.choice(onsets) + rng.choice(_RICH_VOWELS)
     for _ in range(rng.randint(0, 1)):

@@ -42,7 +42,7 @@ def copy_example(rng: random.Random) -> tasks.Example:
 
 
 def copy_values_example(rng: random.Random) -> tasks.Example:
-    """Training-only family "copy_values": repeat one to four people-typed slot values exactly, half
+    """Training-only family "copy_values": repeat one to four people-typed slot values exactly, many
     of them made up (unmask.people_values, training side only), the way a tool call or an extraction
     must carry a name it has never seen. Never evaluated."""
     kinds = ("name", "city", "word", "room", "event", "message")
