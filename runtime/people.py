@@ -278,7 +278,8 @@ def units(rng: random.Random, heldout: bool = False, novel: bool = False) -> tas
 
 
 def extract(rng: random.Random, heldout: bool = False, novel: bool = False) -> tasks.Example:
-    name, city, day = value(rng, "name", novel, not heldout), value(rng, "city", novel, not heldout), rng.choice(tasks.WEEKDAYS)
+    name, city = value(rng, "name", novel, not heldout), value(rng, "city", novel, not heldout)
+    day = rng.choice(tasks.WEEKDAYS)
     order, price = rng.randint(1000, 9999), rng.randint(5, 500)
     context = _pick(rng, "context", heldout).text.format(name=name, city=city, day=day, order=order, price=price)
     field = rng.choice(("name", "city") if novel else ("name", "city", "day", "order", "price"))  # novel: copy one

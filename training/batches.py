@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # only for annotations: train.py imports this module
 
 TRIM_EOS_MAX = 4  # a trimmed answer region ends 1..TRIM_EOS_MAX EOS after <|eot_id|>
 COPY_MAX_CHARS = 28  # digits are one token each: 28 characters + <|eot_id|> always fit GEN_LENGTH = 32
+COPY_PROMPTS = ("Repeat: {}", "Say exactly: {}", "Copy this: {}", "Repeat after me: {}")  # the copying drills' asks
 
 
 def copy_example(rng: random.Random) -> tasks.Example:
@@ -37,7 +38,7 @@ def copy_example(rng: random.Random) -> tasks.Example:
         if len(items) >= rng.randint(1, 6):
             break
     text = separator.join(items)[:COPY_MAX_CHARS].strip()
-    prompt = rng.choice(("Repeat: {}", "Say exactly: {}", "Copy this: {}", "Repeat after me: {}")).format(text)
+    prompt = rng.choice(COPY_PROMPTS).format(text)
     return tasks.Example("copy", prompt, text)
 
 
@@ -54,8 +55,7 @@ def copy_values_example(rng: random.Random) -> tasks.Example:
             break
         items.append(item)
     text = separator.join(items)
-    prompt = rng.choice(("Repeat: {}", "Say exactly: {}", "Copy this: {}", "Repeat after me: {}",
-                         'Write "{}"')).format(text)
+    prompt = rng.choice(COPY_PROMPTS + ('Write "{}"',)).format(text)
     return tasks.Example("copy_values", prompt, text)
 
 
@@ -106,8 +106,8 @@ differences_example = _arithmetic_drill(
     "differences", ops="-", doc="""Training-only family "differences": the arithmetic family's differences.""")
 
 # extra families --family-weights may draw
-TRAINING_ONLY = {"copy": copy_example, "copy_values": copy_values_example, "arith_short": short_arithmetic_example, "sums": sums_example,
-                 "products": products_example, "differences": differences_example}
+TRAINING_ONLY = {"copy": copy_example, "copy_values": copy_values_example, "arith_short": short_arithmetic_example,
+                 "sums": sums_example, "products": products_example, "differences": differences_example}
 
 
 def _training_only_stream(family: str, seed: int):
